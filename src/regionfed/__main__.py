@@ -1,0 +1,3 @@
+from regionfed.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,44 @@
+"""Typed exceptions of the public API.
+
+The CLI turns every :class:`RegionFedError` into one ``error: ...`` line on stderr and exit
+status 2; anything else is a bug and keeps its traceback.
+"""
+
+
+class RegionFedError(ValueError):
+    """Base class for bad input: invalid configuration, malformed data, unknown names."""
+
+
+class ConfigError(RegionFedError):
+    """An invalid run configuration (unknown key, out-of-range value, bad combination)."""
+
+
+class UnknownMethodError(ConfigError):
+    """A method name that is not registered."""
+
+
+class DataError(RegionFedError):
+    """A malformed or inconsistent dataset or data file."""
+
+
+class NumericalError(RegionFedError):
+    """A NaN or infinite value where a finite one is required (e.g. a client update)."""
+
+
+def config_error_from_validation(exc: Exception, what: str = "config") -> ConfigError:
+    """Turn a pydantic ``ValidationError`` into a one-line :class:`ConfigError`.
+
+    The message names the offending key and what was wrong with it, e.g.
+    ``invalid config: data.alpha_d: Input should be greater than 0``.
+    """
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        parts = []
+        for err in errors():
+            loc = ".".join(str(p) for p in err.get("loc", ()))
+            msg = err.get("msg", "invalid value")
+            if err.get("type") == "extra_forbidden":
+                msg = "unknown key"
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        return ConfigError(f"invalid {what}: " + "; ".join(parts))
+    return ConfigError(f"invalid {what}: {exc}")

@@ -1,0 +1,1 @@
+"""Models and tasks: every model is reached through a :class:`regionfed.models.tasks.Task`."""

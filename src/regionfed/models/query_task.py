@@ -1,0 +1,260 @@
+"""The multi-task query-understanding task (intent, spell, NER) for the ``tiny`` model.
+
+Featurisation uses only public information (the benchmark's word list): hashed character
+n-grams per word and spell candidates by deletion distance
+(:mod:`regionfed.models.text_features`). A query's spell prediction is the arg-max candidate
+per token; a token whose gold word is not among its candidates can never be right at test
+time (it still counts). In training the gold word is put in the last candidate slot so the
+loss is always defined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from regionfed import metrics
+from regionfed.data.queries import INTENTS, MAX_TOKENS, NER_TAGS, QueryDataset
+from regionfed.errors import DataError
+from regionfed.models.tasks import Batch, Task
+from regionfed.models.text_features import SpellCandidates, deletion_distance, word_ngram_ids
+from regionfed.models.tiny import NUM_DISTANCE_BUCKETS, TinyConfig, TinyQueryModel
+
+IGNORE = -100
+TAG_INDEX = {t: i for i, t in enumerate(NER_TAGS)}
+QUERY_METRICS = ("overall", "intent", "spell", "ner_f1", "ner_entity_f1")
+TASK_KEYS = ("intent", "spell", "ner_f1")
+
+
+@dataclass
+class QueryPredictions:
+    intent: np.ndarray
+    ner: list[list[str]]
+    spell: list[list[str]]
+
+    def __len__(self) -> int:
+        return len(self.ner)
+
+
+@dataclass
+class PreparedQueries:
+    length: torch.Tensor  # (N,)
+    tok_forms: torch.Tensor  # (N, L) form ids, 0 = padding
+    cand_forms: torch.Tensor  # (N, L, K)
+    cand_dist: torch.Tensor  # (N, L, K) distance bucket
+    spell_gold: torch.Tensor  # (N, L) candidate slot of the gold word, IGNORE if none/pad
+    ner: torch.Tensor  # (N, L) tag ids, IGNORE on padding
+    intent: torch.Tensor  # (N,)
+    weight: torch.Tensor  # (N,) per-example loss weight
+
+    def __len__(self) -> int:
+        return int(self.length.shape[0])
+
+    def with_weights(self, weight: torch.Tensor) -> PreparedQueries:
+        return PreparedQueries(self.length, self.tok_forms, self.cand_forms, self.cand_dist,
+                               self.spell_gold, self.ner, self.intent, weight)
+
+
+class QueryTask(Task):
+    """Intent + spell + NER on :class:`QueryDataset` splits, solved by ``tiny``."""
+
+    metric_names = QUERY_METRICS
+
+    def __init__(self, vocabulary: Sequence[str], config: TinyConfig | None = None,
+                 max_len: int = MAX_TOKENS) -> None:
+        if not vocabulary:
+            raise DataError("the query task needs a non-empty vocabulary of clean words")
+        self.config = config or TinyConfig()
+        self.max_len = max_len
+        self.candidates = SpellCandidates(vocabulary, k=self.config.spell_candidates)
+        self._form_ids: dict[str, int] = {"": 0}
+        self._form_ngrams: list[list[int]] = [[0] * self.config.max_ngrams]
+        self._ngram_table: torch.Tensor | None = None
+        self._cand_cache: dict[str, tuple[list[int], list[int], list[str]]] = {}
+        self._prepared: dict[tuple[int, bool], tuple[QueryDataset, PreparedQueries]] = {}
+
+    # -- featurisation -------------------------------------------------------------------
+    def _form(self, word: str) -> int:
+        fid = self._form_ids.get(word)
+        if fid is None:
+            fid = len(self._form_ngrams)
+            self._form_ids[word] = fid
+            self._form_ngrams.append(
+                word_ngram_ids(word, self.config.ngram_buckets, self.config.max_ngrams))
+            self._ngram_table = None
+        return fid
+
+    @property
+    def ngram_table(self) -> torch.Tensor:
+        if self._ngram_table is None:
+            self._ngram_table = torch.tensor(self._form_ngrams, dtype=torch.long)
+        return self._ngram_table
+
+    def _candidates_of(self, form: str) -> tuple[list[int], list[int], list[str]]:
+        hit = self._cand_cache.get(form)
+        if hit is None:
+            ranked = self.candidates(form)
+            hit = ([self._form(w) for w, _ in ranked], [d for _, d in ranked],
+                   [w for w, _ in ranked])
+            self._cand_cache[form] = hit
+        return hit
+
+    def prepare(self, dataset: QueryDataset, training: bool) -> PreparedQueries:
+        key = (id(dataset), training)
+        hit = self._prepared.get(key)
+        if hit is not None and hit[0] is dataset:
+            return hit[1]
+        n, k, length = len(dataset), self.config.spell_candidates, self.max_len
+        tok = np.zeros((n, length), np.int64)
+        cand = np.zeros((n, length, k), np.int64)
+        dist = np.zeros((n, length, k), np.int64)
+        gold = np.full((n, length), IGNORE, np.int64)
+        ner = np.full((n, length), IGNORE, np.int64)
+        lens = np.zeros(n, np.int64)
+        for i in range(n):
+            words, targets, tags = dataset.tokens[i], dataset.targets[i], dataset.ner[i]
+            if len(words) > length:
+                raise DataError(f"query {i} has {len(words)} tokens; the model takes {length}")
+            lens[i] = len(words)
+            for j, (word, target, tag) in enumerate(zip(words, targets, tags, strict=True)):
+                tok[i, j] = self._form(word)
+                ner[i, j] = TAG_INDEX[tag]
+                ids, dists, names = self._candidates_of(word)
+                slots = list(ids)
+                dvals = list(dists)
+                if target in names:
+                    gold[i, j] = names.index(target)
+                elif training:  # keep the loss defined: the gold word takes the last slot
+                    slot = min(len(slots), k - 1)
+                    slots = slots[:slot] + [self._form(target)]
+                    dvals = dvals[:slot] + [min(deletion_distance(word, target),
+                                                NUM_DISTANCE_BUCKETS - 1)]
+                    gold[i, j] = slot
+                cand[i, j, :len(slots)] = slots
+                dist[i, j, :len(dvals)] = dvals
+        prepared = PreparedQueries(
+            length=torch.from_numpy(lens), tok_forms=torch.from_numpy(tok),
+            cand_forms=torch.from_numpy(cand), cand_dist=torch.from_numpy(dist),
+            spell_gold=torch.from_numpy(gold), ner=torch.from_numpy(ner),
+            intent=torch.as_tensor(dataset.intent, dtype=torch.long),
+            weight=torch.ones(n))
+        self._prepared[key] = (dataset, prepared)
+        return prepared
+
+    def num_examples(self, prepared: PreparedQueries) -> int:
+        return len(prepared)
+
+    def weighted(self, prepared: PreparedQueries, weight: torch.Tensor) -> PreparedQueries:
+        if weight.shape != (len(prepared),):
+            raise ValueError(f"need one weight per example ({len(prepared)})")
+        return prepared.with_weights(weight.to(torch.float32))
+
+    def make_batch(self, prepared: PreparedQueries, index: torch.Tensor) -> Batch:
+        width = int(prepared.length[index].max()) if len(index) else 1
+        tok = prepared.tok_forms[index, :width]
+        cand = prepared.cand_forms[index, :width]
+        # embed each distinct word of the batch once; position 0 of `forms` is the pad form
+        forms, inverse = torch.unique(torch.cat([tok.reshape(-1), cand.reshape(-1)]),
+                                      return_inverse=True)
+        return {
+            "mask": tok != 0,
+            "form_ngrams": self.ngram_table[forms],
+            "tok_form": inverse[:tok.numel()].view_as(tok),
+            "cand_form": inverse[tok.numel():].view_as(cand),
+            "cand_mask": cand != 0,
+            "cand_dist": prepared.cand_dist[index, :width],
+            "spell_gold": prepared.spell_gold[index, :width],
+            "ner": prepared.ner[index, :width],
+            "intent": prepared.intent[index],
+            "weight": prepared.weight[index],
+        }
+
+    def batches(self, prepared: PreparedQueries, batch_size: int,
+                generator: torch.Generator | None) -> Iterator[Batch]:
+        n = len(prepared)
+        order = torch.randperm(n, generator=generator) if generator is not None else \
+            torch.arange(n)
+        for start in range(0, n, batch_size):
+            yield self.make_batch(prepared, order[start:start + batch_size])
+
+    # -- model, loss, prediction ---------------------------------------------------------
+    def build_model(self, seed: int) -> nn.Module:
+        torch.manual_seed(seed)
+        return TinyQueryModel(self.config, len(INTENTS), len(NER_TAGS), self.max_len)
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Σ_tasks of the per-example mean losses, averaged with the example weights."""
+        out = model(batch)
+        intent = F.cross_entropy(out["intent"], batch["intent"], reduction="none")
+        per_example = intent + _token_mean_ce(out["ner"], batch["ner"]) \
+            + _token_mean_ce(out["spell"], batch["spell_gold"])
+        w = batch["weight"]
+        return (per_example * w).sum() / w.sum().clamp(min=1e-12)
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, dataset: QueryDataset) -> QueryPredictions:
+        prepared = self.prepare(dataset, training=False)
+        was_training = model.training
+        model.eval()
+        intents, ner, spell = [], [], []
+        offset = 0
+        for batch in self.batches(prepared, 512, None):
+            out = model(batch)
+            intents.append(out["intent"].argmax(-1).numpy())
+            ner_ids = out["ner"].argmax(-1).numpy()
+            slot = out["spell"].argmax(-1).numpy()
+            for b in range(ner_ids.shape[0]):
+                words = dataset.tokens[offset + b]
+                ner.append([NER_TAGS[t] for t in ner_ids[b, :len(words)]])
+                spell.append([self._decode_spell(w, int(s)) for w, s in
+                              zip(words, slot[b, :len(words)], strict=True)])
+            offset += ner_ids.shape[0]
+        model.train(was_training)
+        return QueryPredictions(np.concatenate(intents) if intents else np.zeros(0, np.int64),
+                                ner, spell)
+
+    def _decode_spell(self, word: str, slot: int) -> str:
+        names = self._candidates_of(word)[2]
+        # no candidate at all: the model has nothing to choose, so it echoes the input
+        return names[slot] if slot < len(names) else word
+
+    def score(self, predictions: QueryPredictions, dataset: QueryDataset) -> dict[str, float]:
+        if len(predictions) != len(dataset):
+            raise ValueError(f"{len(predictions)} predictions for {len(dataset)} examples")
+        scores = {
+            "intent": metrics.accuracy(predictions.intent, dataset.intent),
+            "spell": metrics.exact_match(predictions.spell, dataset.targets),
+            "ner_f1": metrics.token_micro_f1(predictions.ner, dataset.ner),
+            "ner_entity_f1": metrics.entity_f1(predictions.ner, dataset.ner),
+        }
+        scores["overall"] = metrics.overall(scores, TASK_KEYS)
+        return scores
+
+    def concat_predictions(self, parts: list[QueryPredictions]) -> QueryPredictions:
+        return QueryPredictions(
+            np.concatenate([p.intent for p in parts]) if parts else np.zeros(0, np.int64),
+            [s for p in parts for s in p.ner], [s for p in parts for s in p.spell])
+
+    def reference_predictions(self, train: QueryDataset, dataset: QueryDataset
+                              ) -> QueryPredictions:
+        """``majority``: the most frequent training intent, the input echoed, all ``O``."""
+        counts = np.bincount(train.intent, minlength=len(INTENTS))
+        top = int(counts.argmax())
+        return QueryPredictions(
+            np.full(len(dataset), top, dtype=np.int64),
+            [["O"] * len(t) for t in dataset.tokens],
+            [list(t) for t in dataset.tokens])
+
+
+def _token_mean_ce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-example mean token cross-entropy, ignoring padding (IGNORE) positions."""
+    b, n, c = logits.shape
+    ce = F.cross_entropy(logits.reshape(b * n, c), target.reshape(b * n),
+                         ignore_index=IGNORE, reduction="none").view(b, n)
+    valid = (target != IGNORE).to(ce.dtype)
+    return (ce * valid).sum(1) / valid.sum(1).clamp(min=1.0)

@@ -1,0 +1,73 @@
+"""The ``Task`` interface: the only thing algorithms and runtimes know about a model.
+
+A task turns a dataset split into tensors, builds its model, gives the training loss of a
+batch and evaluates a model on a split. Strategies only ever see flat parameter vectors;
+runtimes call the task. Layer knowledge that some baselines need by definition (FedBABU's
+head, FedTP's attention projections) is declared by the model through
+:meth:`Task.parameter_groups`, never inferred inside an algorithm.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+Batch = dict[str, torch.Tensor]
+
+
+class Task(ABC):
+    """A learning problem plus the model family that solves it."""
+
+    #: metric keys :meth:`score` returns; ``overall`` is always among them.
+    metric_names: tuple[str, ...] = ("overall",)
+
+    @abstractmethod
+    def build_model(self, seed: int) -> nn.Module:
+        """A freshly initialised model (deterministic in ``seed``)."""
+
+    @abstractmethod
+    def prepare(self, dataset: Any, training: bool) -> Any:
+        """Tensorise a split once; ``training`` splits may carry extra supervision aids."""
+
+    @abstractmethod
+    def num_examples(self, prepared: Any) -> int: ...
+
+    @abstractmethod
+    def weighted(self, prepared: Any, weight: torch.Tensor) -> Any:
+        """``prepared`` with per-example loss weights (mean-normalised per batch)."""
+
+    @abstractmethod
+    def batches(self, prepared: Any, batch_size: int, generator: torch.Generator | None
+                ) -> Iterator[Batch]:
+        """Mini-batches; shuffled with ``generator`` when one is given."""
+
+    @abstractmethod
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Mean training loss of ``batch`` (honouring per-example ``weight`` if present)."""
+
+    @abstractmethod
+    def predict(self, model: nn.Module, dataset: Any) -> Any:
+        """Predictions for every example of ``dataset``."""
+
+    @abstractmethod
+    def score(self, predictions: Any, dataset: Any) -> dict[str, float]:
+        """Metrics of ``predictions`` against ``dataset``'s labels (fractions in [0, 1])."""
+
+    @abstractmethod
+    def concat_predictions(self, parts: list[Any]) -> Any: ...
+
+    @abstractmethod
+    def reference_predictions(self, train: Any, dataset: Any) -> Any:
+        """The trivial ``majority`` reference, fitted on ``train`` only."""
+
+    def evaluate(self, model: nn.Module, dataset: Any) -> dict[str, float]:
+        return self.score(self.predict(model, dataset), dataset)
+
+    def parameter_groups(self, model: nn.Module) -> dict[str, list[str]]:
+        """Named parameter groups the model declares (e.g. ``head``, ``attention``)."""
+        declare = getattr(model, "parameter_groups", None)
+        return declare() if callable(declare) else {}

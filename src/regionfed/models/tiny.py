@@ -1,0 +1,136 @@
+"""``tiny``: a small multi-task query encoder (SPEC §7) sized for CPU federations.
+
+* Token embedding: mean of hashed character n-gram vectors (see
+  :mod:`regionfed.models.text_features`), so misspellings share features with clean words
+  and the only table is ``ngram_buckets × dim`` (no word table).
+* Encoder: pre-LayerNorm transformer layers whose attention is written with ``einsum`` +
+  ``softmax`` (``scaled_dot_product_attention`` has no vmap batching rule on CPU, see
+  PERFORMANCE_NOTES), so clients can later be trained as one batched computation.
+* Heads: intent (masked mean pooling → linear), NER (per-token linear over BIO tags), spell
+  (per token, a dot product between a query vector and the n-gram embeddings of the
+  candidate clean words, plus a learned bias per edit-distance bucket) — the spell head
+  shares the n-gram table instead of owning a vocabulary-sized output layer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+NUM_DISTANCE_BUCKETS = 4  # deletion distance 0, 1, 2, and "farther" (gold injected in training)
+NEG_INF = -1e9  # a finite mask value: -inf rows would give NaN softmaxes on padding
+
+
+class TinyConfig(BaseModel):
+    """Architecture of the ``tiny`` model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "tiny"
+    dim: int = Field(64, gt=0)
+    layers: int = Field(2, ge=1)
+    heads: int = Field(4, ge=1)
+    ffn_dim: int = Field(128, gt=0)
+    ngram_buckets: int = Field(2048, ge=16)
+    max_ngrams: int = Field(16, ge=2)
+    spell_candidates: int = Field(10, ge=2)
+
+
+class EinsumSelfAttention(nn.Module):
+    """Multi-head self-attention, softmax(QKᵀ/√d_h)V, with a key padding mask."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim {dim} is not divisible by heads {heads}")
+        self.heads = heads
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+        self.out_proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        h, dh = self.heads, d // self.heads
+        q = self.q_proj(x).view(b, n, h, dh)
+        k = self.k_proj(x).view(b, n, h, dh)
+        v = self.v_proj(x).view(b, n, h, dh)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(dh)
+        scores = scores + (~key_mask)[:, None, None, :].to(scores.dtype) * NEG_INF
+        attn = torch.softmax(scores, dim=-1)
+        out = torch.einsum("bhqk,bkhd->bqhd", attn, v).reshape(b, n, d)
+        return self.out_proj(out)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, dim: int, heads: int, ffn_dim: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = EinsumSelfAttention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, ffn_dim), nn.GELU(), nn.Linear(ffn_dim, dim))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), mask)
+        return x + self.ffn(self.norm2(x))
+
+
+class TinyQueryModel(nn.Module):
+    """Multi-task encoder: ``forward(batch)`` → intent, NER and spell-candidate logits."""
+
+    def __init__(self, config: TinyConfig, num_intents: int, num_tags: int, max_len: int
+                 ) -> None:
+        super().__init__()
+        d = config.dim
+        self.config = config
+        self.ngram_embedding = nn.Embedding(config.ngram_buckets, d, padding_idx=0)
+        self.position = nn.Parameter(torch.randn(max_len, d) * 0.02)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d, config.heads, config.ffn_dim) for _ in range(config.layers)
+        )
+        self.final_norm = nn.LayerNorm(d)
+        self.intent_head = nn.Linear(d, num_intents)
+        self.ner_head = nn.Linear(d, num_tags)
+        self.spell_query = nn.Linear(d, d)
+        self.spell_distance_bias = nn.Parameter(torch.zeros(NUM_DISTANCE_BUCKETS))
+        with torch.no_grad():
+            nn.init.normal_(self.ngram_embedding.weight, std=0.1)
+            self.ngram_embedding.weight[0].zero_()  # the padding bucket stays zero
+
+    def embed_words(self, ngrams: torch.Tensor) -> torch.Tensor:
+        """Mean of the non-padding n-gram vectors: ``(..., G)`` ids → ``(..., d)``."""
+        count = (ngrams != 0).sum(-1, keepdim=True).clamp(min=1)
+        return self.ngram_embedding(ngrams).sum(-2) / count
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``batch["form_ngrams"]`` (U, G) are the batch's distinct words; ``tok_form`` (B, L)
+        and ``cand_form`` (B, L, K) index into them (each distinct word embedded once)."""
+        mask = batch["mask"]  # (B, L) bool
+        n = mask.shape[1]
+        words = self.embed_words(batch["form_ngrams"])  # (U, d)
+        x = words[batch["tok_form"]] + self.position[:n]
+        for layer in self.layers:
+            x = layer(x, mask)
+        x = self.final_norm(x)
+        weights = mask.to(x.dtype)
+        pooled = (x * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1.0)
+        cand = words[batch["cand_form"]]  # (B, L, K, d)
+        query = self.spell_query(x)
+        spell = torch.einsum("bld,blkd->blk", query, cand) / math.sqrt(x.shape[-1])
+        spell = spell + self.spell_distance_bias[batch["cand_dist"]]
+        spell = spell + (~batch["cand_mask"]).to(spell.dtype) * NEG_INF
+        return {
+            "intent": self.intent_head(pooled),
+            "ner": self.ner_head(x),
+            "spell": spell,
+        }
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        """Declared groups: ``head`` (task heads) and ``attention`` (Q/K/V projections)."""
+        names = [name for name, _ in self.named_parameters()]
+        head = [n for n in names if n.startswith(("intent_head", "ner_head", "spell_"))]
+        attention = [n for n in names if any(f".attn.{p}_proj." in n for p in "qkv")]
+        return {"head": head, "attention": attention}

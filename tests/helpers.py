@@ -1,0 +1,50 @@
+"""Test helpers shared across the suite (importable as ``helpers``: tests/ is on pythonpath)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from regionfed.algorithms.base import FederationView
+
+
+@dataclass
+class QuadraticClient:
+    """Local training = ``steps`` gradient steps on ½‖θ − target‖² with step ``lr``."""
+
+    client_id: str
+    region: str
+    num_examples: int
+    target: torch.Tensor
+    lr: float = 0.5
+    steps: int = 1
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def train(self, start, *, epochs=None, extra_loss=None):
+        theta = start.clone()
+        for _ in range(self.steps * (epochs or 1)):
+            theta = theta - self.lr * (theta - self.target)
+        return theta, float(0.5 * (theta - self.target).pow(2).sum())
+
+
+def run_rounds(strategy, clients, view, rounds, seed=0, init=None):
+    init = torch.zeros(2) if init is None else init
+    strategy.setup(init, view, np.random.default_rng(seed))
+    logs = []
+    for rnd in range(1, rounds + 1):
+        results = [strategy.client_train(i, clients[i.client_id])
+                   for i in strategy.configure_train(rnd)]
+        logs.append(strategy.aggregate_train(rnd, results))
+    return logs
+
+
+def two_region_quadratics() -> tuple[dict[str, QuadraticClient], FederationView]:
+    """Regions a (targets on the x axis) and b (on the y axis), two clients each."""
+    targets = {"a/0": [1.0, 0.0], "a/1": [3.0, 0.0], "b/0": [0.0, 2.0], "b/1": [0.0, 4.0]}
+    sizes = {"a/0": 10, "a/1": 30, "b/0": 20, "b/1": 20}
+    clients = {c: QuadraticClient(c, c[0], sizes[c], torch.tensor(t)) for c, t in targets.items()}
+    view = FederationView(("a", "b"), {c: c[0] for c in clients}, sizes)
+    return clients, view
