@@ -1,0 +1,1 @@
+"""Transport-free federated strategies and the registry of comparable methods."""

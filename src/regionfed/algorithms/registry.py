@@ -1,0 +1,66 @@
+"""Every comparable method, by name (SPEC §5).
+
+Three kinds: ``reference`` (no training: ``majority``), ``pooled`` (centralised training on
+pooled data: ``centralized``, ``centralized-rw``) and ``federated`` (a :class:`Strategy`
+driven by a runtime).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from regionfed.algorithms.base import Strategy
+from regionfed.algorithms.fedavg import FedAvg
+from regionfed.algorithms.local import LocalOnly
+from regionfed.errors import UnknownMethodError
+
+StrategyFactory = Callable[..., Strategy]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    kind: Literal["reference", "pooled", "federated"]
+    summary: str
+    strategy: StrategyFactory | None = None
+    reweight_regions: bool = False
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        MethodSpec("majority", "reference",
+                   "majority intent, input echoed for spell, all-O NER (trivial reference)"),
+        MethodSpec("centralized", "pooled",
+                   "one model on pooled training data (privacy-violating upper bound)"),
+        MethodSpec("centralized-rw", "pooled",
+                   "pooled data, loss re-weighted so each region counts 1/M",
+                   reweight_regions=True),
+        MethodSpec("local", "federated",
+                   "each client trains alone; evaluated on its own test data", LocalOnly),
+        MethodSpec("fedavg", "federated", "FedAvg (McMahan et al., 2017)", FedAvg),
+    )
+}
+
+
+def resolve_methods(names: Sequence[str]) -> list[str]:
+    """Validate method names; ``all`` expands to every registered method (in table order)."""
+    if not names:
+        raise UnknownMethodError("no methods given")
+    out: list[str] = []
+    for name in names:
+        if name == "all":
+            out.extend(m for m in METHODS if m not in out)
+        elif name in METHODS:
+            if name not in out:
+                out.append(name)
+        else:
+            raise UnknownMethodError(
+                f"unknown method {name!r}; known methods: {', '.join(METHODS)}, all")
+    return out
+
+
+def get_method(name: str) -> MethodSpec:
+    return METHODS[resolve_methods([name])[0]]

@@ -1,0 +1,164 @@
+"""The ``regionfed`` command: parses arguments, calls the Python API, prints the summary.
+
+Bad input (invalid config, unknown method, malformed data) ends with one ``error: ...`` line
+on stderr and exit status 2; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from regionfed import __version__
+from regionfed.algorithms.registry import METHODS
+from regionfed.config import RunConfig, build_config, load_config, set_dotted
+from regionfed.errors import ConfigError, RegionFedError
+
+EXIT_BAD_INPUT = 2
+
+# flag dest → dotted config key (SPEC §9.1 names; extend, don't rename)
+FLAG_KEYS = {
+    "dataset": "dataset",
+    "rounds": "training.rounds",
+    "local_epochs": "training.local_epochs",
+    "batch_size": "training.batch_size",
+    "lr": "training.optimizer.lr",
+    "optimizer": "training.optimizer.name",
+    "sample_rate": "training.sample_rate",
+    "eval_every": "training.eval_every",
+    "seeds": "seeds",
+    "regions": "data.num_regions",
+    "clients_per_region": "data.clients_per_region",
+    "concept_shift": "data.concept_shift",
+    "alpha_d": "data.alpha_d",
+    "num_queries": "data.num_queries",
+    "data_seed": "data.seed",
+    "name": "name",
+    "runtime": "runtime",
+}
+
+EXAMPLES = """examples:
+  regionfed run                                   # default comparison on esci-synth
+  regionfed run --methods fedavg,local --rounds 5 --seeds 3
+  regionfed run --config configs/default.yaml --concept-shift 0.8 --alpha-d 0.1
+  regionfed run --set data.regional_bias=0.5 --set training.optimizer.lr=0.001
+  regionfed run --resume runs/default             # finish an interrupted run
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (SPEC §9.1 error contract)
+        self.exit(EXIT_BAD_INPUT, f"error: {message} (see '{self.prog} --help')\n")
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML run configuration")
+    p.add_argument("--dataset", choices=["esci-synth"], help="benchmark (default esci-synth)")
+    p.add_argument("--model", choices=["tiny"], help="model (default tiny)")
+    p.add_argument("--methods", type=_csv, default=_csv(default_methods) if default_methods
+                   else None, metavar="M1,M2|all",
+                   help=f"methods to compare: {', '.join(METHODS)}, or all")
+    p.add_argument("--rounds", type=int, metavar="T", help="communication rounds")
+    p.add_argument("--local-epochs", type=int, metavar="E", help="local epochs per round")
+    p.add_argument("--batch-size", type=int, metavar="B", help="local batch size")
+    p.add_argument("--optimizer", choices=["sgd", "adamw"], help="local optimizer")
+    p.add_argument("--lr", type=float, help="local learning rate")
+    p.add_argument("--sample-rate", type=float, metavar="q", help="Poisson client sampling rate")
+    p.add_argument("--eval-every", type=int, metavar="K", help="validate every K rounds")
+    p.add_argument("--seeds", type=int, metavar="S", help="number of seeds (0..S-1)")
+    p.add_argument("--regions", type=int, metavar="M", help="number of regions")
+    p.add_argument("--clients-per-region", type=int, metavar="K", help="clients per region")
+    p.add_argument("--concept-shift", type=float, metavar="X", help="esci-synth concept shift")
+    p.add_argument("--alpha-d", type=float, metavar="A", help="Dirichlet client skew α_D")
+    p.add_argument("--num-queries", type=int, metavar="N", help="esci-synth queries in total")
+    p.add_argument("--data-seed", type=int, metavar="S", help="seed of the generated data")
+    p.add_argument("--runtime", choices=["inprocess"], help="runtime (default inprocess)")
+    p.add_argument("--name", help="run name (output folder runs/<name>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config key, e.g. data.regional_bias=0.5 (repeatable)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default runs/<name>; an "
+                   "existing folder gets a -2, -3… suffix instead of being overwritten)")
+    p.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="regionfed", description=__doc__.split("\n")[0],
+                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+    parser.add_argument("--version", action="version", version=f"regionfed {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser(
+        "run", help="run one experiment (methods × seeds) and print the results table",
+        description="Run the configured methods on one federation; write runs/<name>/ "
+        "(config.yaml, metrics.jsonl, results.json, checkpoints) and print the table.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+    _add_run_arguments(run, None)
+    compare = sub.add_parser(
+        "compare", help="compare methods (default: all) in the Table-1 layout",
+        description="Same as 'run' with --methods all unless --methods is given.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  regionfed compare --rounds 10 --seeds 3\n")
+    _add_run_arguments(compare, "all")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    data: dict[str, Any] = load_config(args.config) if args.config else {}
+    for dest, key in FLAG_KEYS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            set_dotted(data, key, value)
+    if args.methods is not None:
+        data["methods"] = args.methods
+    if args.model is not None:
+        set_dotted(data, "model.name", args.model)
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        set_dotted(data, key.strip(), yaml.safe_load(raw))
+    return build_config(data)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from regionfed.experiment import run_experiment, unique_run_dir
+    from regionfed.report import results_table
+
+    if args.resume:
+        out = Path(args.resume)
+        config = build_config(load_config(out / "config.yaml"))
+    else:
+        config = config_from_args(args)
+        out = unique_run_dir(Path(args.out) if args.out else Path("runs") / config.name)
+    results = run_experiment(config, out, progress=not args.quiet, resume=bool(args.resume))
+    print(results_table(results))
+    print(f"\nresults: {out / 'results.json'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return {"run": cmd_run, "compare": cmd_run}[args.command](args)
+    except RegionFedError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Run configuration: typed, validated, YAML in and out.
+
+Unknown keys, out-of-range values and unknown method names are rejected with a one-line
+:class:`~regionfed.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from regionfed.algorithms.registry import resolve_methods
+from regionfed.data.esci_synth import EsciSynthConfig
+from regionfed.errors import ConfigError, config_error_from_validation
+from regionfed.models.tiny import TinyConfig
+from regionfed.runtime.local_training import OptimizerConfig
+
+
+class TrainingConfig(BaseModel):
+    """Federated training budget and client optimisation (shared by every method)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rounds: int = Field(20, ge=1)
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    sample_rate: float = Field(1.0, gt=0, le=1)
+    server_lr: float = Field(1.0, gt=0)
+    eval_every: int = Field(5, ge=1)
+
+
+class RunConfig(BaseModel):
+    """One experiment: a dataset, a model, a training budget and the methods to compare."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("default", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    dataset: Literal["esci-synth"] = "esci-synth"
+    data: EsciSynthConfig = Field(default_factory=EsciSynthConfig)
+    model: TinyConfig = Field(default_factory=TinyConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    methods: list[str] = Field(
+        default_factory=lambda: ["majority", "centralized", "centralized-rw", "local", "fedavg"])
+    seeds: int = Field(1, ge=1)
+    runtime: Literal["inprocess"] = "inprocess"
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def build_config(data: dict[str, Any] | None = None) -> RunConfig:
+    """Validate a (possibly nested, partial) mapping into a :class:`RunConfig`."""
+    try:
+        config = RunConfig.model_validate(data or {})
+    except ValidationError as exc:
+        raise config_error_from_validation(exc) from None
+    config.methods = resolve_methods(config.methods)
+    return config
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into a mapping (validated later by :func:`build_config`)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return raw
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """``set_dotted(d, "training.rounds", 3)`` sets ``d["training"]["rounds"] = 3``."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for key in parents:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"config key {key!r} must be a mapping")
+        node = child
+    node[leaf] = value

@@ -1,0 +1,152 @@
+"""One experiment: every configured method × seed on one federation → ``runs/<name>/``.
+
+Outputs (SPEC §9): ``config.yaml``, ``metrics.jsonl`` (one line per method, seed and round),
+``results.json`` (the stable schema of SPEC §9.1), ``checkpoints/<method>-seed<k>.safetensors``
+(final global model of trained methods) and ``partial/`` (finished method × seed results, so
+``--resume`` can skip them).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from regionfed import metrics
+from regionfed.algorithms.registry import get_method
+from regionfed.config import RunConfig
+from regionfed.data.federation import Federation
+from regionfed.data.registry import build_federation
+from regionfed.errors import ConfigError
+from regionfed.io import append_jsonl, save_checkpoint, write_atomic, write_json
+from regionfed.models.registry import build_task
+from regionfed.models.tasks import Task
+from regionfed.runtime.evaluation import FederationEvaluator
+from regionfed.runtime.params import set_flat
+from regionfed.runtime.pooled import run_pooled
+from regionfed.runtime.simulator import FederatedRun, Simulator
+
+SUMMARY_KEYS = ("overall", "intent", "spell", "ner_f1", "ner_entity_f1", "rrs",
+                "worst_region", "region_std")
+
+
+@dataclass
+class MethodOutcome:
+    method: str
+    seed: int
+    test: dict[str, Any]
+    history: list[dict[str, Any]]
+    seconds: float
+    epsilon: float | None = None
+
+
+def run_method(method: str, federation: Federation, task: Task, config: RunConfig, seed: int,
+               evaluator: FederationEvaluator, on_round: Callable[[dict], None] | None = None
+               ) -> tuple[MethodOutcome, FederatedRun | None]:
+    """Train and evaluate one method with one seed (no file output)."""
+    spec = get_method(method)
+    start = time.perf_counter()
+    run: FederatedRun | None = None
+    if spec.kind == "reference":
+        pooled_train = evaluator.pooled_split("train")
+        test = evaluator.evaluate(
+            "test", lambda c: task.reference_predictions(pooled_train, c.test))
+        history: list[dict[str, Any]] = []
+    elif spec.kind == "pooled":
+        run = run_pooled(federation, task, config.training, seed,
+                         reweight_regions=spec.reweight_regions, evaluator=evaluator,
+                         on_round=on_round)
+        test, history = run.test, run.history
+    else:
+        strategy = spec.strategy(sample_rate=config.training.sample_rate,
+                                 server_lr=config.training.server_lr)
+        run = Simulator(federation, task, config.training, seed, evaluator).run(
+            strategy, on_round=on_round)
+        test, history = run.test, run.history
+    return MethodOutcome(method, seed, test, history, time.perf_counter() - start), run
+
+
+def unique_run_dir(base: Path) -> Path:
+    """``base`` if unused, else ``base-2``, ``base-3``, … (never overwrite a finished run)."""
+    if not base.exists():
+        return base
+    k = 2
+    while Path(f"{base}-{k}").exists():
+        k += 1
+    return Path(f"{base}-{k}")
+
+
+def _partial_path(out: Path, method: str, seed: int) -> Path:
+    return out / "partial" / f"{method}__seed{seed}.json"
+
+
+def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
+                   resume: bool = False) -> dict[str, Any]:
+    """Run every method × seed, writing outputs under ``out``; returns ``results.json``."""
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = out / "config.yaml"
+    if resume:
+        if not config_path.exists():
+            raise ConfigError(f"cannot resume: {config_path} does not exist")
+    write_atomic(config_path, config.to_yaml())
+    federation = build_federation(config.dataset, config.data)
+    task = build_task(config.model, federation)
+    evaluator = FederationEvaluator(task, federation)
+    jobs = [(m, s) for m in config.methods for s in range(config.seeds)]
+    outcomes: dict[str, list[dict[str, Any]]] = {m: [] for m in config.methods}
+    bar = tqdm(jobs, desc="methods", disable=not progress, unit="run")
+    for method, seed in bar:
+        bar.set_postfix_str(f"{method} seed {seed}")
+        partial = _partial_path(out, method, seed)
+        if resume and partial.exists():
+            outcomes[method].append(json.loads(partial.read_text()))
+            continue
+        rounds = tqdm(total=config.training.rounds, desc=f"  {method}", leave=False,
+                      disable=not progress or get_method(method).kind == "reference",
+                      unit="round")
+
+        def on_round(log: dict[str, Any], method: str = method, seed: int = seed,
+                     rounds: tqdm = rounds) -> None:
+            append_jsonl(out / "metrics.jsonl", {"method": method, "seed": seed, **log})
+            rounds.update(1)
+
+        outcome, run = run_method(method, federation, task, config, seed, evaluator, on_round)
+        rounds.close()
+        if run is not None:
+            model = set_flat(task.build_model(seed), run.final_params)
+            save_checkpoint(out / "checkpoints" / f"{method}-seed{seed}.safetensors",
+                            dict(model.state_dict()))
+        record = {"seed": seed, "seconds": round(outcome.seconds, 3),
+                  "epsilon": outcome.epsilon,
+                  **{k: outcome.test[k] for k in SUMMARY_KEYS},
+                  "per_region": outcome.test["per_region"],
+                  "per_region_metrics": outcome.test["per_region_metrics"]}
+        write_json(partial, record)
+        outcomes[method].append(record)
+    results = {"config": config.model_dump(mode="json"),
+               "methods": {m: summarize_seeds(recs) for m, recs in outcomes.items()}}
+    write_json(out / "results.json", results)
+    return results
+
+
+def summarize_seeds(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean over seeds of every summary metric (plus ``*_std`` when there are ≥ 2 seeds)."""
+    summary: dict[str, Any] = {}
+    for key in SUMMARY_KEYS:
+        mean, std = metrics.mean_std([r[key] for r in records])
+        summary[key] = mean
+        if len(records) > 1:
+            summary[f"{key}_std"] = std
+    eps = [r["epsilon"] for r in records]
+    summary["epsilon"] = None if any(e is None for e in eps) else max(eps)
+    regions = records[0]["per_region"].keys()
+    summary["per_region"] = {r: metrics.mean_std([rec["per_region"][r] for rec in records])[0]
+                             for r in regions}
+    summary["seconds"] = metrics.mean_std([r["seconds"] for r in records])[0]
+    summary["seeds"] = records
+    return summary

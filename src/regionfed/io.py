@@ -1,0 +1,54 @@
+"""Crash-safe file output: write to a temporary sibling, then rename over the target.
+
+A reader never sees a half-written results file or checkpoint, and an interrupted run
+leaves the previous version intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
+    """Append one JSON line (a line is written whole, so a crash can only lose the last one)."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record, allow_nan=False) + "\n")
+
+
+def save_checkpoint(path: str | Path, tensors: dict[str, torch.Tensor]) -> None:
+    """safetensors checkpoint, written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

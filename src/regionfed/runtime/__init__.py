@@ -1,0 +1,1 @@
+"""Runtimes that drive transport-free strategies: the in-process simulator (and Flower)."""

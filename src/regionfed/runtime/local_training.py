@@ -1,0 +1,69 @@
+"""Local training on one dataset: the client step every strategy builds on.
+
+``E`` epochs of mini-batch training with a fresh optimizer (SGD or AdamW, as configured)
+starting from given parameters. Strategies that change the local objective (FedProx's
+proximal term, Ditto, …) pass an ``extra_loss`` of the current model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from regionfed.errors import NumericalError
+from regionfed.models.tasks import Task
+from regionfed.runtime.params import get_flat, set_flat
+
+
+class OptimizerConfig(BaseModel):
+    """The local (client) optimizer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["sgd", "adamw"] = "adamw"
+    lr: float = Field(3e-3, gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+def make_optimizer(params: Any, config: OptimizerConfig) -> torch.optim.Optimizer:
+    if config.name == "sgd":
+        return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum,
+                               weight_decay=config.weight_decay, foreach=True)
+    return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay,
+                             foreach=True)
+
+
+def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any, *,
+                epochs: int, batch_size: int, optimizer: OptimizerConfig,
+                generator: torch.Generator,
+                extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
+                ) -> tuple[torch.Tensor, float]:
+    """Train from flat ``start`` for ``epochs`` epochs; return (new flat params, mean loss).
+
+    Switches PyTorch to deterministic kernels (process-wide): the CPU embedding backward
+    otherwise accumulates in thread order, and the same seed must give the same run.
+    """
+    torch.use_deterministic_algorithms(True)
+    set_flat(model, start)
+    model.train()
+    opt = make_optimizer(model.parameters(), optimizer)
+    total, steps = 0.0, 0
+    for _ in range(epochs):
+        for batch in task.batches(prepared, batch_size, generator):
+            opt.zero_grad(set_to_none=True)
+            loss = task.loss(model, batch)
+            if extra_loss is not None:
+                loss = loss + extra_loss(model)
+            if not torch.isfinite(loss):
+                raise NumericalError(f"local training produced a non-finite loss ({loss.item()})")
+            loss.backward()
+            opt.step()
+            total += float(loss.detach())
+            steps += 1
+    return get_flat(model), total / max(steps, 1)
+

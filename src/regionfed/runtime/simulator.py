@@ -1,0 +1,125 @@
+"""The in-process simulator: drives any transport-free :class:`Strategy` round by round.
+
+Per round: the strategy samples and configures clients, each sampled client runs the
+strategy's client step on its own data (with private persistent state), every update is
+checked for NaN/inf, the strategy aggregates, and every ``eval_every`` rounds (and at the
+end) all clients are evaluated on their validation split with the model the strategy
+assigns them. The final models are scored on every client's test split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from regionfed.algorithms.base import ClientResult, FederationView, Strategy, check_finite
+from regionfed.config import TrainingConfig
+from regionfed.data.federation import ClientData, Federation
+from regionfed.models.tasks import Task
+from regionfed.runtime.evaluation import FederationEvaluator
+from regionfed.runtime.local_training import train_local
+from regionfed.runtime.params import get_flat, set_flat
+
+RoundCallback = Callable[[dict[str, Any]], None]
+
+
+def derived_seed(*parts: int) -> int:
+    """A deterministic 63-bit seed from integers (independent of call order)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint64)[0]
+               >> np.uint64(1))
+
+
+@dataclass
+class SimulatedClient:
+    """A client as the strategy sees it in-process: its data stays behind ``train``."""
+
+    client_id: str
+    region: str
+    index: int
+    num_examples: int
+    prepared_train: Any
+    runner: Simulator
+    state: dict[str, Any] = field(default_factory=dict)
+    train_calls: int = 0
+
+    def train(self, start: torch.Tensor, *, epochs: int | None = None,
+              extra_loss: Callable[[nn.Module], torch.Tensor] | None = None
+              ) -> tuple[torch.Tensor, float]:
+        r = self.runner
+        # one stream per (seed, client, call): results don't depend on client order
+        generator = torch.Generator().manual_seed(
+            derived_seed(r.seed, self.index, self.train_calls))
+        self.train_calls += 1
+        return train_local(r.task, r.model, start, self.prepared_train,
+                           epochs=epochs or r.training.local_epochs,
+                           batch_size=r.training.batch_size, optimizer=r.training.optimizer,
+                           generator=generator, extra_loss=extra_loss)
+
+
+@dataclass
+class FederatedRun:
+    history: list[dict[str, Any]]
+    test: dict[str, Any]
+    final_params: torch.Tensor
+
+
+class Simulator:
+    """Runs one strategy on one federation with one seed."""
+
+    def __init__(self, federation: Federation, task: Task, training: TrainingConfig,
+                 seed: int, evaluator: FederationEvaluator | None = None) -> None:
+        self.federation = federation
+        self.task = task
+        self.training = training
+        self.seed = seed
+        self.current_round = 0
+        self.model = task.build_model(seed)
+        self.evaluator = evaluator or FederationEvaluator(task, federation)
+        self.view = FederationView(
+            regions=tuple(federation.regions),
+            client_region={c.client_id: c.region for c in federation.clients},
+            num_examples={c.client_id: len(c.train) for c in federation.clients},
+        )
+        self.clients = {
+            c.client_id: SimulatedClient(c.client_id, c.region, i, len(c.train),
+                                         task.prepare(c.train, training=True), self)
+            for i, c in enumerate(federation.clients)
+        }
+
+    def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
+        def predict(client: ClientData) -> Any:
+            params = strategy.eval_params(client.client_id, client.region,
+                                          self.clients[client.client_id])
+            return self.task.predict(set_flat(self.model, params), client.split(split))
+        return self.evaluator.evaluate(split, predict)
+
+    def run(self, strategy: Strategy, on_round: RoundCallback | None = None) -> FederatedRun:
+        strategy.setup(get_flat(self.model), self.view,
+                       np.random.default_rng(derived_seed(self.seed, 7919)))
+        history = []
+        rounds = self.training.rounds
+        for rnd in range(1, rounds + 1):
+            self.current_round = rnd
+            results: list[ClientResult] = []
+            for instruction in strategy.configure_train(rnd):
+                result = strategy.client_train(instruction, self.clients[instruction.client_id])
+                if result.update is not None:
+                    check_finite(result.update, f"client {result.client_id} in round {rnd}")
+                results.append(result)
+            log: dict[str, Any] = {"round": rnd, **strategy.aggregate_train(rnd, results)}
+            losses = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
+            if losses:
+                log["train_loss"] = float(np.mean(losses))
+            if rnd % self.training.eval_every == 0 or rnd == rounds:
+                val = self.evaluate(strategy, "val")
+                log["val"] = {k: v for k, v in val.items() if k != "per_region_metrics"}
+            history.append(log)
+            if on_round is not None:
+                on_round(log)
+        test = self.evaluate(strategy, "test")
+        return FederatedRun(history, test, strategy.params.clone())

@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+import torch
+
+from regionfed.data.queries import QueryDataset
+from regionfed.models.query_task import IGNORE, QueryTask
+from regionfed.models.tiny import TinyConfig
+from regionfed.runtime.local_training import OptimizerConfig, train_local
+from regionfed.runtime.params import get_flat, set_flat
+
+VOCAB = ["find", "red", "shoes", "price", "of", "laptop", "nike", "apple", "phone", "deals"]
+PATTERNS = [
+    (["find", "red", "shoes"], ["O", "B-MODIFIER", "B-PRODUCT"], 0),
+    (["price", "of", "laptop"], ["O", "O", "B-PRODUCT"], 1),
+    (["nike", "shoes"], ["B-BRAND", "B-PRODUCT"], 2),
+    (["apple", "phone", "deals"], ["B-BRAND", "B-PRODUCT", "O"], 5),
+]
+
+
+def toy_dataset(n: int, seed: int = 0, typo_rate: float = 0.3) -> QueryDataset:
+    rng = np.random.default_rng(seed)
+    tokens, targets, ner, intent = [], [], [], []
+    for i in range(n):
+        words, tags, label = PATTERNS[i % len(PATTERNS)]
+        noisy = list(words)
+        if rng.random() < typo_rate:  # drop the first letter of one word
+            j = int(rng.integers(len(words)))
+            noisy[j] = noisy[j][1:]
+        tokens.append(noisy)
+        targets.append(list(words))
+        ner.append(list(tags))
+        intent.append(label)
+    return QueryDataset(tokens, targets, ner, np.array(intent))
+
+
+def small_task() -> QueryTask:
+    return QueryTask(VOCAB, TinyConfig(dim=32, heads=2, ffn_dim=64, ngram_buckets=256))
+
+
+def test_training_learns_all_three_tasks():
+    task, data = small_task(), toy_dataset(200)
+    model = task.build_model(0)
+    before = task.evaluate(model, data)
+    params, loss = train_local(task, model, get_flat(model), task.prepare(data, True),
+                               epochs=8, batch_size=16, optimizer=OptimizerConfig(lr=3e-3),
+                               generator=torch.Generator().manual_seed(0))
+    after = task.evaluate(set_flat(model, params), data)
+    assert before["intent"] < 0.6 and before["ner_f1"] < 0.6
+    assert after["intent"] == 1.0 and after["ner_f1"] == 1.0 and after["spell"] == 1.0
+    assert after["overall"] == pytest.approx((after["intent"] + after["spell"]
+                                              + after["ner_f1"]) / 3)
+
+
+def test_gold_word_missing_from_candidates():
+    task = small_task()
+    # "xyzzy" has no vocabulary word within deletion distance 2, yet its target is "shoes"
+    data = QueryDataset([["find", "xyzzy"]], [["find", "shoes"]], [["O", "B-PRODUCT"]],
+                        np.array([0]))
+    train = task.prepare(data, training=True)
+    evaluation = task.prepare(data, training=False)
+    assert evaluation.spell_gold[0, 1] == IGNORE  # never matchable at test time
+    slot = int(train.spell_gold[0, 1])
+    assert slot >= 0 and int(train.cand_forms[0, 1, slot]) != 0  # injected for the loss
+    # such a query can never be an exact spell match, whatever the model predicts
+    predictions = task.predict(task.build_model(0), data)
+    assert task.score(predictions, data)["spell"] == 0.0
+
+
+def test_majority_reference():
+    task = small_task()
+    train = toy_dataset(9)  # intents 0,1,2,5,0,1,2,5,0 → majority 0
+    test = toy_dataset(8, seed=1)
+    ref = task.reference_predictions(train, test)
+    assert (ref.intent == 0).all()
+    assert ref.spell == test.tokens and all(set(t) == {"O"} for t in ref.ner)
+    scores = task.score(ref, test)
+    assert scores["intent"] == 0.25 and scores["ner_f1"] == 0.0
+
+
+def test_example_weights_reweight_the_loss():
+    task, data = small_task(), toy_dataset(8)
+    model = task.build_model(0)
+    prepared = task.prepare(data, training=True)
+    batch_all = task.make_batch(prepared, torch.arange(8))
+    weights = torch.zeros(8)
+    weights[0] = 1.0
+    only_first = task.make_batch(task.weighted(prepared, weights), torch.arange(8))
+    first = task.make_batch(prepared, torch.arange(1))
+    assert torch.allclose(task.loss(model, only_first), task.loss(model, first), atol=1e-5)
+    assert not torch.allclose(task.loss(model, batch_all), task.loss(model, first))
+    with pytest.raises(ValueError):
+        task.weighted(prepared, torch.ones(3))

@@ -1,0 +1,74 @@
+from typing import Any
+
+import pytest
+import torch
+
+from regionfed.algorithms.base import ClientResult, Strategy
+from regionfed.algorithms.fedavg import FedAvg
+from regionfed.algorithms.local import LocalOnly
+from regionfed.config import TrainingConfig
+from regionfed.data.esci_synth import generate_esci_synth
+from regionfed.errors import NumericalError
+from regionfed.runtime.local_training import OptimizerConfig
+from regionfed.runtime.params import get_flat
+from regionfed.runtime.simulator import Simulator
+
+FAST = TrainingConfig(rounds=2, local_epochs=1, batch_size=32, eval_every=1)
+
+
+def test_runs_are_deterministic_and_logged(tiny_federation, tiny_task):
+    a = Simulator(tiny_federation, tiny_task, FAST, seed=0).run(FedAvg())
+    b = Simulator(tiny_federation, tiny_task, FAST, seed=0).run(FedAvg())
+    c = Simulator(tiny_federation, tiny_task, FAST, seed=1).run(FedAvg())
+    assert torch.equal(a.final_params, b.final_params)
+    assert not torch.equal(a.final_params, c.final_params)
+    assert [h["round"] for h in a.history] == [1, 2]
+    assert all("val" in h and h["clients"] == 6 for h in a.history)
+    assert set(a.test["per_region"]) == set(tiny_federation.regions)
+    assert 0.0 <= a.test["overall"] <= 1.0
+    assert a.test["worst_region"] == min(a.test["per_region"].values())
+
+
+def test_fedavg_with_one_client_is_local_training(tiny_task):
+    one = generate_esci_synth(num_queries=120, num_regions=1, clients_per_region=1,
+                              vocab_size=1000, seed=3)
+    # SGD: θ − (θ − θ_u) = θ_u only up to rounding, which Adam's normalisation would amplify
+    sgd = FAST.model_copy(update={"optimizer": OptimizerConfig(name="sgd", lr=0.1)})
+    fed = Simulator(one, tiny_task, sgd, seed=0).run(FedAvg())
+    local_sim = Simulator(one, tiny_task, sgd, seed=0)
+    local_sim.run(LocalOnly())
+    client = local_sim.clients[one.clients[0].client_id]
+    assert torch.allclose(fed.final_params, client.state["params"], atol=1e-5)
+    assert not torch.allclose(fed.final_params, get_flat(tiny_task.build_model(0)), atol=1e-3)
+
+
+class PoisonedFedAvg(FedAvg):
+    def client_train(self, instruction, client) -> ClientResult:
+        result = super().client_train(instruction, client)
+        result.update[0] = float("nan")
+        return result
+
+
+def test_nan_update_stops_the_run_with_a_typed_error(tiny_federation, tiny_task):
+    with pytest.raises(NumericalError, match="round 1"):
+        Simulator(tiny_federation, tiny_task, FAST, seed=0).run(PoisonedFedAvg())
+
+
+class CountingStrategy(Strategy):
+    """Records which clients the runtime trained, to check sampling is honoured."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.seen: list[int] = []
+
+    def aggregate_train(self, rnd, results):
+        self.seen.append(len(results))
+        return {"clients": len(results)}
+
+
+def test_client_sampling_rate_is_honoured(tiny_federation, tiny_task):
+    strategy = CountingStrategy(sample_rate=0.5)
+    config = TrainingConfig(rounds=6, eval_every=6)
+    Simulator(tiny_federation, tiny_task, config, seed=0).run(strategy)
+    assert len(strategy.seen) == 6
+    assert 0 < sum(strategy.seen) < 36  # Poisson(0.5) over 6 clients × 6 rounds

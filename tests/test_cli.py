@@ -1,0 +1,103 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from regionfed.cli import main
+
+SMALL = ["--num-queries", "480", "--regions", "2", "--clients-per-region", "3",
+         "--rounds", "1", "--set", "data.vocab_size=1000", "--set", "model.dim=32",
+         "--set", "model.heads=2", "--set", "model.ngram_buckets=512", "--quiet"]
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_writes_outputs_in_the_stable_schema(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, stdout, _ = run_cli(capsys, "run", *SMALL, "--methods",
+                              "majority,centralized,fedavg", "--seeds", "2", "--out", str(out))
+    assert code == 0
+    assert "| fedavg" in stdout and "∞ (no DP)" in stdout
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["methods"]) == ["majority", "centralized", "fedavg"]
+    for summary in results["methods"].values():
+        for key in ("overall", "intent", "spell", "ner_f1", "rrs", "worst_region",
+                    "region_std", "per_region", "seeds", "overall_std"):
+            assert key in summary
+        assert summary["epsilon"] is None
+        assert 0.0 <= summary["overall"] <= 1.0
+        assert len(summary["seeds"]) == 2
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert config["training"]["rounds"] == 1 and config["data"]["num_regions"] == 2
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {(r["method"], r["seed"]) for r in lines} == {
+        ("centralized", 0), ("centralized", 1), ("fedavg", 0), ("fedavg", 1)}
+    assert (out / "checkpoints" / "fedavg-seed0.safetensors").exists()
+
+
+def test_existing_output_is_never_overwritten_and_resume_skips_done_work(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli(capsys, "run", *SMALL, "--methods", "majority", "--out", str(out))[0] == 0
+    first = (out / "results.json").read_text()
+    code, stdout, _ = run_cli(capsys, "run", *SMALL, "--methods", "majority", "--out", str(out))
+    assert code == 0 and (tmp_path / "run-2" / "results.json").exists()
+    assert (out / "results.json").read_text() == first
+    (out / "results.json").unlink()
+    assert run_cli(capsys, "run", "--resume", str(out), "--quiet")[0] == 0
+    assert json.loads((out / "results.json").read_text()) == json.loads(first)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--methods", "fedavg,nosuch"], "unknown method 'nosuch'"),
+    (["--set", "training.bogus=1"], "training.bogus: unknown key"),
+    (["--num-queries", "-5"], "num_queries"),
+    (["--alpha-d", "0"], "alpha_d"),
+    (["--alpha-d", "-1"], "alpha_d"),
+    (["--clients-per-region", "-2"], "clients_per_region"),
+    (["--concept-shift", "1.5"], "concept_shift"),
+    (["--rounds", "0"], "rounds"),
+    (["--set", "novalue"], "KEY=VALUE"),
+    (["--config", "/nonexistent/x.yaml"], "config file not found"),
+])
+def test_bad_input_is_one_error_line_and_exit_2(capsys, argv, fragment):
+    code, _, err = run_cli(capsys, "run", "--quiet", *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0]
+
+
+def test_bad_config_files(tmp_path, capsys):
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("name: x\ntraining:\n  roundz: 3\n")
+    code, _, err = run_cli(capsys, "run", "--config", str(unknown))
+    assert code == 2 and "training.roundz: unknown key" in err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    code, _, err = run_cli(capsys, "run", "--config", str(broken))
+    assert code == 2 and "not valid YAML" in err
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    code, _, err = run_cli(capsys, "run", "--config", str(listy))
+    assert code == 2 and "mapping" in err
+
+
+def test_argparse_errors_follow_the_contract(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--rounds", "many"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:")
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["compare"]])
+def test_help_for_every_subcommand(command):
+    proc = subprocess.run([sys.executable, "-m", "regionfed", *command, "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0
+    assert "usage: regionfed" in proc.stdout and "example" in proc.stdout
