@@ -95,9 +95,34 @@ def test_argparse_errors_follow_the_contract(capsys):
     assert len(err) == 1 and err[0].startswith("error:")
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["compare"]])
+@pytest.mark.parametrize("command", [[], ["run"], ["compare"], ["privacy"]])
 def test_help_for_every_subcommand(command):
     proc = subprocess.run([sys.executable, "-m", "regionfed", *command, "--help"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
     assert "usage: regionfed" in proc.stdout and "example" in proc.stdout
+
+
+def test_privacy_json_contract(capsys):
+    code, out, _ = run_cli(capsys, "privacy", "--sigma", "4", "--sample-rate", "0.1",
+                           "--rounds", "50", "--delta", "1e-5", "--target-epsilon", "1",
+                           "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert set(report) == {"epsilon_pld", "epsilon_rdp", "delta", "sigma", "sample_rate",
+                           "rounds", "sigma_for_target"}
+    assert report["epsilon_pld"] == pytest.approx(0.684, abs=0.01)
+    assert report["epsilon_rdp"] == pytest.approx(0.758, abs=0.01)
+    assert report["epsilon_pld"] < report["epsilon_rdp"]
+    from regionfed.privacy.ledger import epsilon_pld
+    reached = epsilon_pld(report["sigma_for_target"], 0.1, 50, 1e-5)
+    assert reached == pytest.approx(1.0, rel=0.01) and reached <= 1.0
+
+
+def test_privacy_without_noise_is_infinite_and_bad_rates_fail(capsys):
+    code, out, _ = run_cli(capsys, "privacy", "--sigma", "0", "--sample-rate", "0.1",
+                           "--rounds", "5", "--delta", "1e-5", "--json")
+    assert code == 0 and json.loads(out)["epsilon_pld"] is None  # null = ∞
+    code, _, err = run_cli(capsys, "privacy", "--sigma", "4", "--sample-rate", "1.5",
+                           "--rounds", "5", "--delta", "1e-5")
+    assert code == 2 and err.startswith("error:") and "sample rate" in err

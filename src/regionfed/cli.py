@@ -108,6 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  regionfed compare --rounds 10 --seeds 3\n")
     _add_run_arguments(compare, "all")
+    privacy = sub.add_parser(
+        "privacy", help="ε of the Poisson-subsampled Gaussian mechanism (dp-accounting)",
+        description="ε after T rounds of the user-level regional Gaussian mechanism "
+        "(noise multiplier σ, Poisson client sampling rate q), by dp-accounting's PLD (tight) "
+        "and RDP accountants; with --target-epsilon also the σ that reaches it (PLD).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  regionfed privacy --sigma 4 --sample-rate 0.1 --rounds 50 "
+        "--delta 1e-5\n  regionfed privacy --sigma 4 --sample-rate 0.1 --rounds 50 "
+        "--delta 1e-5 --target-epsilon 1 --json\n")
+    privacy.add_argument("--sigma", type=float, required=True, help="noise multiplier σ")
+    privacy.add_argument("--sample-rate", type=float, required=True, metavar="q",
+                         help="Poisson client sampling rate")
+    privacy.add_argument("--rounds", type=int, required=True, metavar="T", help="rounds")
+    privacy.add_argument("--delta", type=float, required=True, help="δ")
+    privacy.add_argument("--target-epsilon", type=float, metavar="EPS",
+                         help="also compute the σ needed to reach this ε")
+    privacy.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -145,11 +162,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_privacy(args: argparse.Namespace) -> int:
+    import json
+
+    from regionfed.privacy.ledger import epsilon_pld, epsilon_rdp, sigma_for_epsilon
+
+    report: dict[str, Any] = {
+        "epsilon_pld": epsilon_pld(args.sigma, args.sample_rate, args.rounds, args.delta),
+        "epsilon_rdp": epsilon_rdp(args.sigma, args.sample_rate, args.rounds, args.delta),
+        "delta": args.delta, "sigma": args.sigma, "sample_rate": args.sample_rate,
+        "rounds": args.rounds}
+    if args.target_epsilon is not None:
+        report["sigma_for_target"] = sigma_for_epsilon(args.target_epsilon, args.sample_rate,
+                                                       args.rounds, args.delta)
+    if args.json:
+        print(json.dumps({k: (None if isinstance(v, float) and v == float("inf") else v)
+                          for k, v in report.items()}))
+        return 0
+    print(f"σ = {args.sigma}, q = {args.sample_rate}, T = {args.rounds}, δ = {args.delta}")
+    print(f"ε (PLD, tight) = {report['epsilon_pld']:.4f}")
+    print(f"ε (RDP)        = {report['epsilon_rdp']:.4f}")
+    if "sigma_for_target" in report:
+        print(f"σ for ε = {args.target_epsilon} (PLD): {report['sigma_for_target']:.4f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"run": cmd_run, "compare": cmd_run}[args.command](args)
+        return {"run": cmd_run, "compare": cmd_run, "privacy": cmd_privacy}[args.command](args)
     except RegionFedError as exc:
         if args.debug:
             raise
