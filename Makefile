@@ -18,11 +18,11 @@ run: $(STAMP)
 	$(BIN)/regionfed run --config configs/default.yaml
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
