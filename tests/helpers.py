@@ -23,21 +23,38 @@ class QuadraticClient:
     steps: int = 1
     state: dict[str, Any] = field(default_factory=dict)
 
+    val_target: torch.Tensor | None = None  # validation optimum (default: ``target``)
+
     def train(self, start, *, epochs=None, extra_loss=None):
         theta = start.clone()
         for _ in range(self.steps * (epochs or 1)):
             theta = theta - self.lr * (theta - self.target)
         return theta, float(0.5 * (theta - self.target).pow(2).sum())
 
+    def gradient(self, params):
+        return params - self.target
+
+    def validation_loss(self, params):
+        target = self.target if self.val_target is None else self.val_target
+        return float(0.5 * (params - target).pow(2).sum()) * self.num_examples, \
+            self.num_examples
+
 
 def run_rounds(strategy, clients, view, rounds, seed=0, init=None):
+    """Drive ``strategy`` like the simulator does (every exchange of every round)."""
     init = torch.zeros(2) if init is None else init
     strategy.setup(init, view, np.random.default_rng(seed))
     logs = []
     for rnd in range(1, rounds + 1):
-        results = [strategy.client_train(i, clients[i.client_id])
-                   for i in strategy.configure_train(rnd)]
-        logs.append(strategy.aggregate_train(rnd, results))
+        exchange = strategy.run_round(rnd)
+        instructions = next(exchange)
+        while True:
+            results = [strategy.handle(i, clients[i.client_id]) for i in instructions]
+            try:
+                instructions = exchange.send(results)
+            except StopIteration as done:
+                logs.append(done.value)
+                break
     return logs
 
 

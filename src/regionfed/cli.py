@@ -39,6 +39,11 @@ FLAG_KEYS = {
     "data_seed": "data.seed",
     "name": "name",
     "runtime": "runtime",
+    "dp_mode": "dp.mode",
+    "dp_sigma": "dp.sigma",
+    "dp_clip": "dp.clip",
+    "dp_delta": "dp.delta",
+    "target_epsilon": "training.target_epsilon",
 }
 
 EXAMPLES = """examples:
@@ -46,6 +51,7 @@ EXAMPLES = """examples:
   regionfed run --methods fedavg,local --rounds 5 --seeds 3
   regionfed run --config configs/default.yaml --concept-shift 0.8 --alpha-d 0.1
   regionfed run --set data.regional_bias=0.5 --set training.optimizer.lr=0.001
+  regionfed run --methods fedavg,regionfed-grad --dp-sigma 4 --dp-clip 1 --sample-rate 0.5
   regionfed run --resume runs/default             # finish an interrupted run
 """
 
@@ -80,6 +86,14 @@ def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) 
     p.add_argument("--alpha-d", type=float, metavar="A", help="Dirichlet client skew α_D")
     p.add_argument("--num-queries", type=int, metavar="N", help="esci-synth queries in total")
     p.add_argument("--data-seed", type=int, metavar="S", help="seed of the generated data")
+    p.add_argument("--dp-mode", choices=["user", "region", "off"],
+                   help="differential privacy: user-level (default when σ is set), paper's "
+                   "region-level, or off (default)")
+    p.add_argument("--dp-sigma", type=float, metavar="S", help="noise multiplier σ")
+    p.add_argument("--dp-clip", type=float, metavar="C", help="clipping norm C")
+    p.add_argument("--dp-delta", type=float, metavar="D", help="δ of (ε, δ)-DP")
+    p.add_argument("--target-epsilon", type=float, metavar="EPS",
+                   help="stop before ε (PLD) would exceed EPS")
     p.add_argument("--runtime", choices=["inprocess"], help="runtime (default inprocess)")
     p.add_argument("--name", help="run name (output folder runs/<name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -138,6 +152,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         data["methods"] = args.methods
     if args.model is not None:
         set_dotted(data, "model.name", args.model)
+    if args.dp_sigma is not None and args.dp_mode is None and "mode" not in data.get("dp", {}):
+        set_dotted(data, "dp.mode", "user")  # asking for noise means user-level DP
     for item in args.set:
         key, sep, raw = item.partition("=")
         if not sep or not key:

@@ -12,10 +12,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.registry import resolve_methods
 from regionfed.data.esci_synth import EsciSynthConfig
 from regionfed.errors import ConfigError, config_error_from_validation
 from regionfed.models.tiny import TinyConfig
+from regionfed.privacy.mechanism import DPConfig
 from regionfed.runtime.local_training import OptimizerConfig
 
 
@@ -31,6 +33,8 @@ class TrainingConfig(BaseModel):
     sample_rate: float = Field(1.0, gt=0, le=1)
     server_lr: float = Field(1.0, gt=0)
     eval_every: int = Field(5, ge=1)
+    #: stop before the privacy budget is exceeded (rounds are cut to fit, SPEC §4)
+    target_epsilon: float | None = Field(None, gt=0)
 
 
 class RunConfig(BaseModel):
@@ -43,6 +47,8 @@ class RunConfig(BaseModel):
     data: EsciSynthConfig = Field(default_factory=EsciSynthConfig)
     model: TinyConfig = Field(default_factory=TinyConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    dp: DPConfig = Field(default_factory=lambda: DPConfig(mode="off"))
+    regionfed: RegionFedConfig = Field(default_factory=RegionFedConfig)
     methods: list[str] = Field(
         default_factory=lambda: ["majority", "centralized", "centralized-rw", "local", "fedavg"])
     seeds: int = Field(1, ge=1)

@@ -18,6 +18,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from regionfed import metrics
+from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.registry import get_method
 from regionfed.config import RunConfig
 from regionfed.data.federation import Federation
@@ -26,6 +27,7 @@ from regionfed.errors import ConfigError
 from regionfed.io import append_jsonl, save_checkpoint, write_atomic, write_json
 from regionfed.models.registry import build_task
 from regionfed.models.tasks import Task
+from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
 from regionfed.runtime.pooled import run_pooled
@@ -42,7 +44,14 @@ class MethodOutcome:
     test: dict[str, Any]
     history: list[dict[str, Any]]
     seconds: float
-    epsilon: float | None = None
+    privacy: dict[str, Any] | None = None
+
+    @property
+    def epsilon(self) -> float | None:
+        """ε (PLD) spent; ``None`` = ∞ (no DP, or a method that is not federated)."""
+        if self.privacy is None or self.privacy["epsilon_infinite"]:
+            return None
+        return self.privacy["epsilon_pld"]
 
 
 def run_method(method: str, federation: Federation, task: Task, config: RunConfig, seed: int,
@@ -52,6 +61,7 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
     spec = get_method(method)
     start = time.perf_counter()
     run: FederatedRun | None = None
+    privacy: dict[str, Any] | None = None
     if spec.kind == "reference":
         pooled_train = evaluator.pooled_split("train")
         test = evaluator.evaluate(
@@ -63,12 +73,42 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
                          on_round=on_round)
         test, history = run.test, run.history
     else:
-        strategy = spec.strategy(sample_rate=config.training.sample_rate,
-                                 server_lr=config.training.server_lr)
-        run = Simulator(federation, task, config.training, seed, evaluator).run(
-            strategy, on_round=on_round)
+        strategy = build_strategy(method, config)
+        ledger = PrivacyLedger(config.dp, config.training.sample_rate)
+        training = config.training.model_copy(
+            update={"rounds": rounds_for_budget(config, strategy, ledger)})
+        run = Simulator(federation, task, training, seed, evaluator).run(
+            strategy, on_round=on_round, ledger=ledger)
         test, history = run.test, run.history
-    return MethodOutcome(method, seed, test, history, time.perf_counter() - start), run
+        privacy = ledger.to_dict()
+    return MethodOutcome(method, seed, test, history, time.perf_counter() - start,
+                         privacy), run
+
+
+def build_strategy(method: str, config: RunConfig) -> Strategy:
+    """The configured strategy object of a federated method."""
+    spec = get_method(method)
+    kwargs: dict[str, Any] = {"sample_rate": config.training.sample_rate,
+                              "server_lr": config.training.server_lr, "dp": config.dp}
+    if spec.uses_regionfed_config:
+        kwargs["config"] = config.regionfed
+    return spec.strategy(**kwargs)
+
+
+def rounds_for_budget(config: RunConfig, strategy: Strategy, ledger: PrivacyLedger) -> int:
+    """The configured rounds, cut so that ε stays ≤ ``training.target_epsilon`` (SPEC §4)."""
+    rounds, target = config.training.rounds, config.training.target_epsilon
+    if target is None or strategy.releases_per_round == 0:
+        return rounds
+    if not ledger.is_private:
+        raise ConfigError("target_epsilon needs differential privacy: set dp.mode to user or "
+                          "region and dp.sigma > 0")
+    per_round = strategy.releases_per_round
+    allowed = ledger.rounds_within_budget(target, rounds * per_round) // per_round
+    if allowed == 0:
+        raise ConfigError(f"a single round of {strategy.name} already exceeds target epsilon "
+                          f"{target} (sigma {config.dp.sigma}); raise sigma or the target")
+    return allowed
 
 
 def unique_run_dir(base: Path) -> Path:
@@ -99,12 +139,16 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
     evaluator = FederationEvaluator(task, federation)
     jobs = [(m, s) for m in config.methods for s in range(config.seeds)]
     outcomes: dict[str, list[dict[str, Any]]] = {m: [] for m in config.methods}
+    privacy: dict[str, dict[str, Any]] = {}
     bar = tqdm(jobs, desc="methods", disable=not progress, unit="run")
     for method, seed in bar:
         bar.set_postfix_str(f"{method} seed {seed}")
         partial = _partial_path(out, method, seed)
         if resume and partial.exists():
-            outcomes[method].append(json.loads(partial.read_text()))
+            record = json.loads(partial.read_text())
+            outcomes[method].append(record)
+            if record.get("privacy") is not None:
+                privacy[method] = record["privacy"]
             continue
         rounds = tqdm(total=config.training.rounds, desc=f"  {method}", leave=False,
                       disable=not progress or get_method(method).kind == "reference",
@@ -121,8 +165,10 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
             model = set_flat(task.build_model(seed), run.final_params)
             save_checkpoint(out / "checkpoints" / f"{method}-seed{seed}.safetensors",
                             dict(model.state_dict()))
+        if outcome.privacy is not None:
+            privacy[method] = outcome.privacy
         record = {"seed": seed, "seconds": round(outcome.seconds, 3),
-                  "epsilon": outcome.epsilon,
+                  "epsilon": outcome.epsilon, "privacy": outcome.privacy,
                   **{k: outcome.test[k] for k in SUMMARY_KEYS},
                   "per_region": outcome.test["per_region"],
                   "per_region_metrics": outcome.test["per_region_metrics"]}
@@ -131,6 +177,7 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
     results = {"config": config.model_dump(mode="json"),
                "methods": {m: summarize_seeds(recs) for m, recs in outcomes.items()}}
     write_json(out / "results.json", results)
+    write_json(out / "privacy.json", {"methods": privacy})
     return results
 
 

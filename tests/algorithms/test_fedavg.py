@@ -37,7 +37,7 @@ def test_poisson_sampling_rate(two_region_clients):
     _, view = two_region_clients
     strategy = FedAvg(sample_rate=0.25)
     strategy.setup(torch.zeros(2), view, np.random.default_rng(1))
-    counts = [len(strategy.sample_clients(r)) for r in range(4000)]
+    counts = [len(strategy.sample_clients()) for r in range(4000)]
     assert np.mean(counts) == pytest.approx(1.0, abs=0.05)  # 4 clients × q = 0.25
     assert min(counts) == 0  # Poisson: a round may sample nobody
     with pytest.raises(ValueError):

@@ -3,7 +3,7 @@ from typing import Any
 import pytest
 import torch
 
-from regionfed.algorithms.base import ClientResult, Strategy
+from regionfed.algorithms.base import ClientResult, SingleExchangeStrategy
 from regionfed.algorithms.fedavg import FedAvg
 from regionfed.algorithms.local import LocalOnly
 from regionfed.config import TrainingConfig
@@ -54,7 +54,7 @@ def test_nan_update_stops_the_run_with_a_typed_error(tiny_federation, tiny_task)
         Simulator(tiny_federation, tiny_task, FAST, seed=0).run(PoisonedFedAvg())
 
 
-class CountingStrategy(Strategy):
+class CountingStrategy(SingleExchangeStrategy):
     """Records which clients the runtime trained, to check sampling is honoured."""
 
     def __init__(self, **kw: Any) -> None:

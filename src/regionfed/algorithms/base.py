@@ -11,20 +11,30 @@ distributed runtime (Flower) can drive the same object:
 4. ``eval_params(client)`` names the model a client is evaluated with (global, regional or
    personal), so personalised methods are scored on each client's own test data.
 
-Strategies see flat parameter vectors only, never a model or a dataset.
+A round is the generator :meth:`Strategy.run_round`: it yields lists of instructions and
+receives the clients' results, so strategies that need more than one exchange per round
+(RegionFed's regional fine-tune, meta gradient and ρ search) stay transport-free; the
+runtime only forwards instructions to :meth:`Strategy.handle` on the named clients.
+
+Strategies see flat parameter vectors only, never a model or a dataset. Privacy is applied
+in one place, :meth:`Strategy.private_mean` (clipping + Gaussian noise, SPEC §3 step 3).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from regionfed.errors import NumericalError
+from regionfed.errors import ConfigError, NumericalError
+from regionfed.privacy.mechanism import DPConfig, regional_aggregate
+
+#: instruction kinds a client understands
+TRAIN, GRADIENT, EVALUATE = "train", "gradient", "evaluate"
 
 
 @dataclass(frozen=True)
@@ -45,10 +55,18 @@ class FederationView:
 
 @dataclass
 class TrainInstruction:
+    """A message to one client: what to compute (``kind``) from which parameters.
+
+    ``train``: local training, reply Δ_u; ``gradient``: the mean gradient of the training
+    loss at ``params``; ``evaluate``: the summed validation loss at ``params`` (reply
+    ``metrics["loss_sum"]`` with ``num_examples`` validation examples).
+    """
+
     client_id: str
     region: str
     params: torch.Tensor
     config: dict[str, Any] = field(default_factory=dict)
+    kind: str = TRAIN
 
 
 @dataclass
@@ -74,6 +92,14 @@ class ClientContext(Protocol):
         """Local training from ``start``; returns (new params, mean training loss)."""
         ...
 
+    def gradient(self, params: torch.Tensor) -> torch.Tensor:
+        """Mean gradient of the training loss at ``params`` (one pass, no update)."""
+        ...
+
+    def validation_loss(self, params: torch.Tensor) -> tuple[float, int]:
+        """(sum of per-example validation losses, number of validation examples)."""
+        ...
+
 
 def check_finite(update: torch.Tensor, who: str) -> None:
     """Reject NaN/inf updates before they reach any aggregate."""
@@ -82,26 +108,64 @@ def check_finite(update: torch.Tensor, who: str) -> None:
 
 
 class Strategy(ABC):
-    """Base class: Poisson client sampling, default local training and evaluation model."""
+    """Base class: Poisson client sampling, DP aggregation, the client-side dispatch, and the
+    default evaluation model. Subclasses define the round (:meth:`run_round`)."""
 
     name: str = "strategy"
+    #: noisy releases per round that the privacy ledger must compose
+    releases_per_round: int = 1
 
-    def __init__(self, sample_rate: float = 1.0, server_lr: float = 1.0) -> None:
+    def __init__(self, sample_rate: float = 1.0, server_lr: float = 1.0,
+                 dp: DPConfig | None = None) -> None:
         if not 0.0 < sample_rate <= 1.0:
-            raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+            raise ConfigError(f"sample_rate must be in (0, 1], got {sample_rate}")
         self.sample_rate = sample_rate
         self.server_lr = server_lr
+        self.dp = dp or DPConfig(mode="off")
         self.params: torch.Tensor = torch.zeros(0)
         self.view: FederationView | None = None
         self.rng = np.random.default_rng(0)
+        self.noise = torch.Generator()
 
     def setup(self, init_params: torch.Tensor, view: FederationView,
               rng: np.random.Generator) -> None:
         self.params = init_params.clone()
         self.view = view
         self.rng = rng
+        self.noise = torch.Generator().manual_seed(int(rng.integers(2**62)))
 
-    def sample_clients(self, rnd: int) -> list[str]:
+    def private_mean(self, results: list[ClientResult], expected_clients: float
+                     ) -> torch.Tensor | None:
+        """The (DP) mean of the results' updates over one group of clients (SPEC §3 step 3).
+
+        ``user`` mode: per-client clipping, one Gaussian on the sum, fixed denominator
+        ``expected_clients`` = q·n; ``region``: clip the weighted mean, add noise; ``off``:
+        data-size-weighted mean. ``None`` when nothing can be released (empty, non-user).
+        """
+        return regional_aggregate([r.update for r in results],
+                                  [r.num_examples for r in results], self.dp,
+                                  expected_clients, self.noise, dim=self.params.numel(),
+                                  dtype=self.params.dtype)
+
+    @abstractmethod
+    def run_round(self, rnd: int
+                  ) -> Generator[list[TrainInstruction], list[ClientResult], dict[str, Any]]:
+        """One round: yield instructions, receive the results, return the round's log."""
+
+    def handle(self, instruction: TrainInstruction, client: ClientContext) -> ClientResult:
+        """Client side: carry out one instruction (dispatch on its ``kind``)."""
+        if instruction.kind == TRAIN:
+            return self.client_train(instruction, client)
+        if instruction.kind == GRADIENT:
+            grad = client.gradient(instruction.params)
+            return ClientResult(client.client_id, client.region, grad, client.num_examples)
+        if instruction.kind == EVALUATE:
+            loss_sum, count = client.validation_loss(instruction.params)
+            return ClientResult(client.client_id, client.region, None, count,
+                                {"loss_sum": loss_sum})
+        raise ConfigError(f"unknown instruction kind {instruction.kind!r}")
+
+    def sample_clients(self) -> list[str]:
         """Poisson sampling: each client independently with probability ``sample_rate``."""
         clients = self.view.clients
         if self.sample_rate >= 1.0:
@@ -109,30 +173,31 @@ class Strategy(ABC):
         keep = self.rng.random(len(clients)) < self.sample_rate
         return [c for c, k in zip(clients, keep, strict=True) if k]
 
-    def configure_train(self, rnd: int) -> list[TrainInstruction]:
-        return [TrainInstruction(c, self.view.client_region[c], self.params)
-                for c in self.sample_clients(rnd)]
-
     def client_train(self, instruction: TrainInstruction, client: ClientContext
                      ) -> ClientResult:
         """Default client step: local training from the received model, send Δ_u."""
-        new, loss = client.train(instruction.params)
+        new, loss = client.train(instruction.params, epochs=instruction.config.get("epochs"))
         return ClientResult(client.client_id, client.region, instruction.params - new,
                             client.num_examples, {"train_loss": loss})
-
-    @abstractmethod
-    def aggregate_train(self, rnd: int, results: list[ClientResult]) -> dict[str, Any]:
-        """Fold the round's client results into the strategy state; return a round log."""
 
     def eval_params(self, client_id: str, region: str, client: ClientContext) -> torch.Tensor:
         """The parameters ``client_id`` is evaluated with (default: the global model)."""
         return self.params
 
 
-def weighted_mean(results: list[ClientResult]) -> torch.Tensor:
-    """Σ_u n_u Δ_u / Σ_u n_u over the results' updates (FedAvg's data-size weights)."""
-    total = sum(r.num_examples for r in results)
-    out = torch.zeros_like(results[0].update)
-    for r in results:
-        out.add_(r.update, alpha=r.num_examples / total)
-    return out
+
+class SingleExchangeStrategy(Strategy):
+    """A round of one exchange: configure the sampled clients, train, aggregate."""
+
+    def configure_train(self, rnd: int) -> list[TrainInstruction]:
+        return [TrainInstruction(c, self.view.client_region[c], self.params)
+                for c in self.sample_clients()]
+
+    def run_round(self, rnd: int
+                  ) -> Generator[list[TrainInstruction], list[ClientResult], dict[str, Any]]:
+        results = yield self.configure_train(rnd)
+        return self.aggregate_train(rnd, results)
+
+    @abstractmethod
+    def aggregate_train(self, rnd: int, results: list[ClientResult]) -> dict[str, Any]:
+        """Fold the round's client results into the strategy state; return a round log."""

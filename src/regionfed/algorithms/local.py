@@ -10,11 +10,17 @@ from typing import Any
 
 import torch
 
-from regionfed.algorithms.base import ClientContext, ClientResult, Strategy, TrainInstruction
+from regionfed.algorithms.base import (
+    ClientContext,
+    ClientResult,
+    SingleExchangeStrategy,
+    TrainInstruction,
+)
 
 
-class LocalOnly(Strategy):
+class LocalOnly(SingleExchangeStrategy):
     name = "local"
+    releases_per_round = 0  # nothing leaves the device
 
     def client_train(self, instruction: TrainInstruction, client: ClientContext
                      ) -> ClientResult:

@@ -7,6 +7,7 @@ driven by a runtime).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -14,6 +15,7 @@ from typing import Literal
 from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.fedavg import FedAvg
 from regionfed.algorithms.local import LocalOnly
+from regionfed.algorithms.regionfed import RegionFed, RegionFedAvg
 from regionfed.errors import UnknownMethodError
 
 StrategyFactory = Callable[..., Strategy]
@@ -26,6 +28,10 @@ class MethodSpec:
     summary: str
     strategy: StrategyFactory | None = None
     reweight_regions: bool = False
+
+    @property
+    def uses_regionfed_config(self) -> bool:
+        return self.name.startswith("region")
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -41,6 +47,11 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("local", "federated",
                    "each client trains alone; evaluated on its own test data", LocalOnly),
         MethodSpec("fedavg", "federated", "FedAvg (McMahan et al., 2017)", FedAvg),
+        MethodSpec("region-fedavg", "federated",
+                   "hierarchical averaging, fixed α and ρ (isolates the hierarchy)",
+                   RegionFedAvg),
+        *(MethodSpec(f"regionfed-{v}", "federated", f"RegionFed, {v} adaptation (SPEC §3)",
+                     functools.partial(RegionFed, v)) for v in ("grad", "interp", "meta")),
     )
 }
 

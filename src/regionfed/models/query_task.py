@@ -187,6 +187,9 @@ class QueryTask(Task):
         torch.manual_seed(seed)
         return TinyQueryModel(self.config, len(INTENTS), len(NER_TAGS), self.max_len)
 
+    def batch_size_of(self, batch: Batch) -> int:
+        return int(batch["intent"].shape[0])
+
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Σ_tasks of the per-example mean losses, averaged with the example weights."""
         out = model(batch)

@@ -46,6 +46,10 @@ class Task(ABC):
         """Mini-batches; shuffled with ``generator`` when one is given."""
 
     @abstractmethod
+    def batch_size_of(self, batch: Batch) -> int:
+        """Number of examples in ``batch``."""
+
+    @abstractmethod
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Mean training loss of ``batch`` (honouring per-example ``weight`` if present)."""
 

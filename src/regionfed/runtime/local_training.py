@@ -67,3 +67,35 @@ def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any
             steps += 1
     return get_flat(model), total / max(steps, 1)
 
+
+
+def mean_gradient(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
+                  batch_size: int) -> torch.Tensor:
+    """∇ of the mean training loss at ``params`` (one full pass, batches weighted by size)."""
+    torch.use_deterministic_algorithms(True)
+    set_flat(model, params)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    n = task.num_examples(prepared)
+    for batch in task.batches(prepared, batch_size, None):
+        (task.loss(model, batch) * (task.batch_size_of(batch) / n)).backward()
+    grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                      for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    return grad.detach().clone()
+
+
+@torch.no_grad()
+def loss_sum(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
+             batch_size: int = 512) -> tuple[float, int]:
+    """(Σ per-example loss, n) of ``params`` on ``prepared`` (e.g. a validation split)."""
+    set_flat(model, params)
+    was_training = model.training
+    model.eval()
+    total, n = 0.0, 0
+    for batch in task.batches(prepared, batch_size, None):
+        size = task.batch_size_of(batch)
+        total += float(task.loss(model, batch)) * size
+        n += size
+    model.train(was_training)
+    return total, n

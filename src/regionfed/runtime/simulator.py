@@ -21,8 +21,9 @@ from regionfed.algorithms.base import ClientResult, FederationView, Strategy, ch
 from regionfed.config import TrainingConfig
 from regionfed.data.federation import ClientData, Federation
 from regionfed.models.tasks import Task
+from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.evaluation import FederationEvaluator
-from regionfed.runtime.local_training import train_local
+from regionfed.runtime.local_training import loss_sum, mean_gradient, train_local
 from regionfed.runtime.params import get_flat, set_flat
 
 RoundCallback = Callable[[dict[str, Any]], None]
@@ -43,6 +44,7 @@ class SimulatedClient:
     index: int
     num_examples: int
     prepared_train: Any
+    prepared_val: Any
     runner: Simulator
     state: dict[str, Any] = field(default_factory=dict)
     train_calls: int = 0
@@ -59,6 +61,15 @@ class SimulatedClient:
                            epochs=epochs or r.training.local_epochs,
                            batch_size=r.training.batch_size, optimizer=r.training.optimizer,
                            generator=generator, extra_loss=extra_loss)
+
+    def gradient(self, params: torch.Tensor) -> torch.Tensor:
+        r = self.runner
+        return mean_gradient(r.task, r.model, params, self.prepared_train,
+                             r.training.batch_size)
+
+    def validation_loss(self, params: torch.Tensor) -> tuple[float, int]:
+        r = self.runner
+        return loss_sum(r.task, r.model, params, self.prepared_val)
 
 
 @dataclass
@@ -87,7 +98,8 @@ class Simulator:
         )
         self.clients = {
             c.client_id: SimulatedClient(c.client_id, c.region, i, len(c.train),
-                                         task.prepare(c.train, training=True), self)
+                                         task.prepare(c.train, training=True),
+                                         task.prepare(c.val, training=False), self)
             for i, c in enumerate(federation.clients)
         }
 
@@ -98,20 +110,42 @@ class Simulator:
             return self.task.predict(set_flat(self.model, params), client.split(split))
         return self.evaluator.evaluate(split, predict)
 
-    def run(self, strategy: Strategy, on_round: RoundCallback | None = None) -> FederatedRun:
+    def _drive_round(self, strategy: Strategy, rnd: int
+                     ) -> tuple[dict[str, Any], list[ClientResult]]:
+        """Forward every exchange of the strategy's round to its clients; return its log and
+        the results of the first (training) exchange."""
+        exchange = strategy.run_round(rnd)
+        first: list[ClientResult] | None = None
+        instructions = next(exchange)
+        while True:
+            results = []
+            for instruction in instructions:
+                result = strategy.handle(instruction, self.clients[instruction.client_id])
+                if result.update is not None:
+                    check_finite(result.update, f"client {result.client_id} in round {rnd}")
+                results.append(result)
+            if first is None:
+                first = results
+            try:
+                instructions = exchange.send(results)
+            except StopIteration as done:
+                return done.value, first
+
+    def run(self, strategy: Strategy, on_round: RoundCallback | None = None,
+            ledger: PrivacyLedger | None = None) -> FederatedRun:
+        """Run ``training.rounds`` rounds; ``ledger`` (if given) records every round's
+        releases and the round log carries the ε spent so far (PLD; ``None`` = ∞)."""
         strategy.setup(get_flat(self.model), self.view,
                        np.random.default_rng(derived_seed(self.seed, 7919)))
         history = []
         rounds = self.training.rounds
         for rnd in range(1, rounds + 1):
             self.current_round = rnd
-            results: list[ClientResult] = []
-            for instruction in strategy.configure_train(rnd):
-                result = strategy.client_train(instruction, self.clients[instruction.client_id])
-                if result.update is not None:
-                    check_finite(result.update, f"client {result.client_id} in round {rnd}")
-                results.append(result)
-            log: dict[str, Any] = {"round": rnd, **strategy.aggregate_train(rnd, results)}
+            round_log, results = self._drive_round(strategy, rnd)
+            log: dict[str, Any] = {"round": rnd, **round_log}
+            if ledger is not None:
+                ledger.record_round(strategy.releases_per_round)
+                log["epsilon"] = ledger.epsilon() if ledger.is_private else None
             losses = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
             if losses:
                 log["train_loss"] = float(np.mean(losses))

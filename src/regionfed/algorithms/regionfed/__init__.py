@@ -1,0 +1,7 @@
+"""RegionFed (paper §3, Alg. 1–3, with SPEC §3's corrections): hierarchical DP aggregation,
+gradient conflict, adaptive α, regional adaptation strategies and golden-section ρ."""
+
+from regionfed.algorithms.regionfed.config import RegionFedConfig
+from regionfed.algorithms.regionfed.strategy import RegionFed, RegionFedAvg
+
+__all__ = ["RegionFed", "RegionFedAvg", "RegionFedConfig"]

@@ -1,0 +1,39 @@
+"""RegionFed's switches (SPEC §3): everything the paper's ablation toggles."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RegionFedConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    alpha_min: float = Field(0.5, ge=0.0, le=1.0)
+    tau: float | Literal["auto"] = 1.0
+    mu_perturbation: float = Field(0.0, gt=-1.0)
+    #: fixed α for every region (adaptive α off); ``None`` = Eq. 6
+    fixed_alpha: float | None = Field(None, ge=0.0, le=1.0)
+    #: golden-section search for ρ (off: ``fixed_rho``)
+    rho_search: bool = True
+    fixed_rho: float = Field(1.0, ge=0.0)
+    rho_interval: tuple[float, float] = (0.0, 2.0)  # grad / meta
+    rho_interval_interp: tuple[float, float] = (0.0, 1.0)
+    rho_tolerance: float = Field(0.01, gt=0.0)
+    #: local epochs of interp's regional fine-tune (one intra-region FedAvg pass)
+    interp_epochs: int = Field(1, ge=1)
+    #: EMA of the conflict (paper D.6 safeguard; β = 0.9 there); ``None`` = raw d_r
+    conflict_ema: float | None = Field(None, ge=0.0, lt=1.0)
+    #: region weights p_r of the global aggregate
+    region_weights: Literal["uniform", "clients"] = "uniform"
+
+    @model_validator(mode="after")
+    def _check(self) -> RegionFedConfig:
+        if isinstance(self.tau, float) and self.tau <= 0:
+            raise ValueError("tau must be > 0 or 'auto'")
+        for name in ("rho_interval", "rho_interval_interp"):
+            a, b = getattr(self, name)
+            if not a < b:
+                raise ValueError(f"{name} must satisfy a < b")
+        return self
