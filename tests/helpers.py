@@ -34,6 +34,17 @@ class QuadraticClient:
     def gradient(self, params):
         return params - self.target
 
+    labels_: np.ndarray | None = None
+    score_: list[float] = field(default_factory=list)  # scripted validation scores
+
+    def labels(self):
+        return (np.zeros(self.num_examples, dtype=int) if self.labels_ is None
+                else self.labels_), 8
+
+    def validation_score(self, params):
+        score = self.score_.pop(0) if self.score_ else 1.0
+        return score * self.num_examples, self.num_examples
+
     def validation_loss(self, params):
         target = self.target if self.val_target is None else self.val_target
         return float(0.5 * (params - target).pow(2).sum()) * self.num_examples, \

@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from regionfed import metrics
 from regionfed.algorithms.base import Strategy
+from regionfed.algorithms.regionfed import RegionFed, RegionFedConfig
+from regionfed.algorithms.regionfed.personalization import personalize_region
 from regionfed.algorithms.registry import get_method
 from regionfed.config import RunConfig
 from regionfed.data.federation import Federation
@@ -77,12 +81,42 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
         ledger = PrivacyLedger(config.dp, config.training.sample_rate)
         training = config.training.model_copy(
             update={"rounds": rounds_for_budget(config, strategy, ledger)})
-        run = Simulator(federation, task, training, seed, evaluator).run(
-            strategy, on_round=on_round, ledger=ledger)
+        simulator = Simulator(federation, task, training, seed, evaluator)
+        run = simulator.run(strategy, on_round=on_round, ledger=ledger)
         test, history = run.test, run.history
         privacy = ledger.to_dict()
+        if isinstance(strategy, RegionFed) and config.regionfed.user_personalization:
+            test = {**test, "user_personalization": user_level_stage(
+                simulator, strategy, config.regionfed, test)}
     return MethodOutcome(method, seed, test, history, time.perf_counter() - start,
                          privacy), run
+
+
+def user_level_stage(simulator: Simulator, strategy: RegionFed, config: RegionFedConfig,
+                     before: dict[str, Any]) -> dict[str, Any]:
+    """Paper Eq. 5/7 after training: every user adapts its regional model on its device;
+    per-user test Overall before (regional model) and after (personal model)."""
+    personal: dict[str, torch.Tensor] = {}
+    for region in simulator.federation.regions:
+        users = {c.client_id: simulator.clients[c.client_id]
+                 for c in simulator.federation.clients_in(region)}
+        thetas, _ = personalize_region(users, strategy.regional_params(region),
+                                       strategy.last_regional.get(region),
+                                       alpha_min=config.alpha_min, tau=config.tau,
+                                       epochs=config.user_epochs)
+        personal.update(thetas)
+    after = simulator.evaluate_with(lambda client: personal[client.client_id], "test")
+    users = list(before["per_client"])
+    gains = [after["per_client"][u] - before["per_client"][u] for u in users]
+    return {
+        "overall_before": before["overall"], "overall_after": after["overall"],
+        "rrs_after": after["rrs"], "worst_region_after": after["worst_region"],
+        "mean_user_before": float(np.mean([before["per_client"][u] for u in users])),
+        "mean_user_after": float(np.mean([after["per_client"][u] for u in users])),
+        "users_improved": float(np.mean([g > 0 for g in gains])),
+        "users_worse": float(np.mean([g < 0 for g in gains])),
+        "per_user_after": after["per_client"],
+    }
 
 
 def build_strategy(method: str, config: RunConfig) -> Strategy:
@@ -171,6 +205,9 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
                   "epsilon": outcome.epsilon, "privacy": outcome.privacy,
                   **{k: outcome.test[k] for k in SUMMARY_KEYS},
                   "per_region": outcome.test["per_region"],
+                  "per_client": outcome.test["per_client"],
+                  **({"user_personalization": outcome.test["user_personalization"]}
+                     if "user_personalization" in outcome.test else {}),
                   "per_region_metrics": outcome.test["per_region_metrics"]}
         write_json(partial, record)
         outcomes[method].append(record)
@@ -195,5 +232,11 @@ def summarize_seeds(records: list[dict[str, Any]]) -> dict[str, Any]:
     summary["per_region"] = {r: metrics.mean_std([rec["per_region"][r] for rec in records])[0]
                              for r in regions}
     summary["seconds"] = metrics.mean_std([r["seconds"] for r in records])[0]
+    if all("user_personalization" in r for r in records):
+        keys = [k for k, v in records[0]["user_personalization"].items()
+                if isinstance(v, float)]
+        summary["user_personalization"] = {
+            k: metrics.mean_std([r["user_personalization"][k] for r in records])[0]
+            for k in keys}
     summary["seeds"] = records
     return summary

@@ -119,3 +119,70 @@ def test_user_level_dp_noise_reaches_the_conflicts_but_stays_bounded():
 def test_unknown_variant():
     with pytest.raises(ValueError, match="unknown RegionFed strategy"):
         RegionFed("magic")
+
+
+def test_dynamic_router_follows_algorithm_1():
+    from regionfed.algorithms.regionfed.routing import route
+    assert route(0.9, 1.5, 100, 100) == "meta"  # severe drift and heterogeneity
+    assert route(0.9, 0.5, 100, 100) == "grad"  # drift but homogeneous, average size
+    assert route(0.1, 2.0, 200, 100) == "interp"  # data-rich (200 > 1.5 · 100)
+    assert route(0.9, 0.5, 200, 100) == "interp"
+    assert route(0.1, 0.1, 100, 100) == "grad"
+    assert route(0.6, 1.2, 100, 100, tau_conflict=0.7) == "grad"
+
+
+def test_fallback_fires_on_a_drop_and_on_a_stall():
+    from regionfed.algorithms.regionfed.routing import ValidationFallback
+    fb = ValidationFallback(drop=0.05, patience=2)
+    fb.record({"a": 0.80, "b": 0.80})
+    fb.record({"a": 0.74, "b": 0.78})  # a dropped 6 points, b only 2
+    assert fb.forced_to_grad("a") and not fb.forced_to_grad("b")
+    fb.record({"a": 0.85, "b": 0.79})
+    assert not fb.forced_to_grad("a")  # recovered beyond its earlier best
+    assert fb.forced_to_grad("b")  # no improvement over 0.80 for 2 rounds
+    fb.record({"a": 0.86, "b": 0.81})
+    assert not fb.forced_to_grad("a") and not fb.forced_to_grad("b")
+
+
+def test_dynamic_routes_regions_and_records_the_ldp_report():
+    clients, view = shifted_federation()
+    rng = np.random.default_rng(1)
+    for c in clients.values():  # region d's clients see other intents than everyone else
+        c.labels_ = rng.integers(4, 8, 10) if c.region == SHIFTED else rng.integers(0, 4, 10)
+    strategy = RegionFed("dynamic", RegionFedConfig(tau_conflict=0.0, tau_het=0.5,
+                                                    ldp_epsilon=8.0))
+    logs = run_rounds(strategy, clients, view, rounds=2)
+    assert logs[0]["heterogeneity"][SHIFTED] > max(
+        h for r, h in logs[0]["heterogeneity"].items() if r != SHIFTED)
+    assert logs[0]["strategy"][SHIFTED] == "meta"
+    assert all(s == "grad" for r, s in logs[0]["strategy"].items() if r != SHIFTED)
+    assert len(strategy.ldp_reports) == 1  # histograms are collected once
+    assert "val_accuracy" in logs[1]
+
+
+def test_dynamic_falls_back_to_grad_after_a_validation_drop():
+    clients, view = shifted_federation()
+    for c in clients.values():
+        c.labels_ = np.full(10, 7 if c.region == SHIFTED else 0)
+        c.score_ = [0.9, 0.5, 0.5, 0.5]  # the regional validation score collapses in round 2
+    strategy = RegionFed("dynamic", RegionFedConfig(tau_conflict=0.0, tau_het=0.1))
+    logs = run_rounds(strategy, clients, view, rounds=3)
+    assert logs[0]["strategy"][SHIFTED] == "meta"
+    assert logs[2]["strategy"][SHIFTED] == "grad"  # forced by the 40-point drop
+
+
+def test_user_personalization_lowers_each_users_own_loss():
+    from regionfed.algorithms.regionfed.personalization import personalize_region
+    clients, view = shifted_federation()
+    strategy = RegionFed("grad")
+    run_rounds(strategy, clients, view, rounds=3)
+    for region in view.regions:
+        users = {c.client_id: c for c in clients.values() if c.region == region}
+        regional = strategy.regional_params(region)
+        personal, alpha = personalize_region(users, regional, strategy.last_regional[region],
+                                             alpha_min=0.5, tau="auto")
+        assert all(0.5 <= a <= 1.0 for a in alpha.values())
+        for uid, user in users.items():
+            assert user.validation_loss(personal[uid])[0] < user.validation_loss(regional)[0]
+            assert torch.allclose(personal[uid], regional + alpha[uid] * (
+                user.train(regional)[0] - regional))

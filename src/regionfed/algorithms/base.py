@@ -32,9 +32,10 @@ import torch
 
 from regionfed.errors import ConfigError, NumericalError
 from regionfed.privacy.mechanism import DPConfig, regional_aggregate
+from regionfed.privacy.randomized_response import privatized_histogram
 
 #: instruction kinds a client understands
-TRAIN, GRADIENT, EVALUATE = "train", "gradient", "evaluate"
+TRAIN, GRADIENT, EVALUATE, HISTOGRAM = "train", "gradient", "evaluate", "histogram"
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,10 @@ class TrainInstruction:
 
     ``train``: local training, reply Δ_u; ``gradient``: the mean gradient of the training
     loss at ``params``; ``evaluate``: the summed validation loss at ``params`` (reply
-    ``metrics["loss_sum"]`` with ``num_examples`` validation examples).
+    ``metrics["loss_sum"]`` with ``num_examples`` validation examples; with
+    ``config["score"]`` also ``metrics["score_sum"]``, the task score summed over them);
+    ``histogram``: the client's label counts after k-ary randomized response with
+    ``config["epsilon"]`` (reply ``metrics["counts"]``), computed on the device.
     """
 
     client_id: str
@@ -75,7 +79,7 @@ class ClientResult:
     region: str
     update: torch.Tensor | None
     num_examples: int
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 class ClientContext(Protocol):
@@ -98,6 +102,14 @@ class ClientContext(Protocol):
 
     def validation_loss(self, params: torch.Tensor) -> tuple[float, int]:
         """(sum of per-example validation losses, number of validation examples)."""
+        ...
+
+    def validation_score(self, params: torch.Tensor) -> tuple[float, int]:
+        """(task score × number of validation examples, number of validation examples)."""
+        ...
+
+    def labels(self) -> tuple[np.ndarray, int]:
+        """(class label of every training example, number of classes)."""
         ...
 
 
@@ -126,6 +138,8 @@ class Strategy(ABC):
         self.view: FederationView | None = None
         self.rng = np.random.default_rng(0)
         self.noise = torch.Generator()
+        #: (ε_LDP, what) of every local-DP report this strategy asked for (ledger input)
+        self.ldp_reports: list[tuple[float, str]] = []
 
     def setup(self, init_params: torch.Tensor, view: FederationView,
               rng: np.random.Generator) -> None:
@@ -161,8 +175,17 @@ class Strategy(ABC):
             return ClientResult(client.client_id, client.region, grad, client.num_examples)
         if instruction.kind == EVALUATE:
             loss_sum, count = client.validation_loss(instruction.params)
-            return ClientResult(client.client_id, client.region, None, count,
-                                {"loss_sum": loss_sum})
+            metrics = {"loss_sum": loss_sum}
+            if instruction.config.get("score"):
+                metrics["score_sum"] = client.validation_score(instruction.params)[0]
+            return ClientResult(client.client_id, client.region, None, count, metrics)
+        if instruction.kind == HISTOGRAM:
+            labels, num_classes = client.labels()
+            rng = np.random.default_rng(instruction.config["seed"])
+            counts = privatized_histogram(labels, num_classes, instruction.config["epsilon"],
+                                          rng)
+            return ClientResult(client.client_id, client.region, None, len(labels),
+                                {"counts": counts})
         raise ConfigError(f"unknown instruction kind {instruction.kind!r}")
 
     def sample_clients(self) -> list[str]:

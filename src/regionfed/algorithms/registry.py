@@ -16,6 +16,7 @@ from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.fedavg import FedAvg
 from regionfed.algorithms.local import LocalOnly
 from regionfed.algorithms.regionfed import RegionFed, RegionFedAvg
+from regionfed.algorithms.regionfed.strategy import VARIANTS as REGIONFED_VARIANTS
 from regionfed.errors import UnknownMethodError
 
 StrategyFactory = Callable[..., Strategy]
@@ -51,7 +52,7 @@ METHODS: dict[str, MethodSpec] = {
                    "hierarchical averaging, fixed α and ρ (isolates the hierarchy)",
                    RegionFedAvg),
         *(MethodSpec(f"regionfed-{v}", "federated", f"RegionFed, {v} adaptation (SPEC §3)",
-                     functools.partial(RegionFed, v)) for v in ("grad", "interp", "meta")),
+                     functools.partial(RegionFed, v)) for v in REGIONFED_VARIANTS),
     )
 }
 

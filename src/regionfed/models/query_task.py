@@ -64,6 +64,11 @@ class QueryTask(Task):
     """Intent + spell + NER on :class:`QueryDataset` splits, solved by ``tiny``."""
 
     metric_names = QUERY_METRICS
+    num_classes = len(INTENTS)
+
+    def labels(self, dataset: QueryDataset) -> np.ndarray:
+        """Intent labels: the histogram the ``dynamic`` router privatizes."""
+        return np.asarray(dataset.intent)
 
     def __init__(self, vocabulary: Sequence[str], config: TinyConfig | None = None,
                  max_len: int = MAX_TOKENS) -> None:

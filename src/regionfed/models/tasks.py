@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -67,6 +68,13 @@ class Task(ABC):
     @abstractmethod
     def reference_predictions(self, train: Any, dataset: Any) -> Any:
         """The trivial ``majority`` reference, fitted on ``train`` only."""
+
+    #: number of classes of :meth:`labels` (the task's primary label)
+    num_classes: int = 0
+
+    def labels(self, dataset: Any) -> np.ndarray:
+        """The primary class label of every example (for label histograms)."""
+        raise TypeError(f"{type(self).__name__} has no class labels")
 
     def evaluate(self, model: nn.Module, dataset: Any) -> dict[str, float]:
         return self.score(self.predict(model, dataset), dataset)

@@ -34,8 +34,8 @@ class FederationEvaluator:
         """Metrics of ``predict(client)`` on every client's ``split``.
 
         Returns the overall metrics, ``per_region`` (region → Overall), ``per_region_metrics``
-        (region → all metrics) and the regional summary (``rrs``, ``worst_region``,
-        ``region_std``).
+        (region → all metrics), ``per_client`` (client → Overall on its own split) and the
+        regional summary (``rrs``, ``worst_region``, ``region_std``).
         """
         fed, task = self.federation, self.task
         predictions = {c.client_id: predict(c) for c in fed.clients}
@@ -48,5 +48,8 @@ class FederationEvaluator:
         result: dict[str, Any] = dict(task.score(everything, self.pooled_split(split)))
         result["per_region"] = {r: m["overall"] for r, m in per_region_metrics.items()}
         result["per_region_metrics"] = per_region_metrics
+        result["per_client"] = {c.client_id: task.score(predictions[c.client_id],
+                                                         c.split(split))["overall"]
+                                for c in fed.clients}
         result.update(metrics.regional_summary(result["per_region"]))
         return result

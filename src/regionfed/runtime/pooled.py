@@ -46,7 +46,8 @@ def run_pooled(federation: Federation, task: Task, training: TrainingConfig, see
         if rnd % training.eval_every == 0 or rnd == training.rounds:
             set_flat(model, params)
             val = evaluator.evaluate("val", lambda c: task.predict(model, c.val))
-            log["val"] = {k: v for k, v in val.items() if k != "per_region_metrics"}
+            log["val"] = {k: v for k, v in val.items()
+                            if k not in ("per_region_metrics", "per_client")}
         history.append(log)
         if on_round is not None:
             on_round(log)

@@ -43,6 +43,7 @@ class SimulatedClient:
     region: str
     index: int
     num_examples: int
+    data: ClientData
     prepared_train: Any
     prepared_val: Any
     runner: Simulator
@@ -71,6 +72,16 @@ class SimulatedClient:
         r = self.runner
         return loss_sum(r.task, r.model, params, self.prepared_val)
 
+    def validation_score(self, params: torch.Tensor) -> tuple[float, int]:
+        r = self.runner
+        n = len(self.data.val)
+        if n == 0:
+            return 0.0, 0
+        return r.task.evaluate(set_flat(r.model, params), self.data.val)["overall"] * n, n
+
+    def labels(self) -> tuple[np.ndarray, int]:
+        return self.runner.task.labels(self.data.train), self.runner.task.num_classes
+
 
 @dataclass
 class FederatedRun:
@@ -97,18 +108,24 @@ class Simulator:
             num_examples={c.client_id: len(c.train) for c in federation.clients},
         )
         self.clients = {
-            c.client_id: SimulatedClient(c.client_id, c.region, i, len(c.train),
+            c.client_id: SimulatedClient(c.client_id, c.region, i, len(c.train), c,
                                          task.prepare(c.train, training=True),
                                          task.prepare(c.val, training=False), self)
             for i, c in enumerate(federation.clients)
         }
 
     def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
-        def predict(client: ClientData) -> Any:
-            params = strategy.eval_params(client.client_id, client.region,
-                                          self.clients[client.client_id])
-            return self.task.predict(set_flat(self.model, params), client.split(split))
-        return self.evaluator.evaluate(split, predict)
+        """Every client on ``split`` with the model the strategy assigns it."""
+        return self.evaluate_with(
+            lambda c: strategy.eval_params(c.client_id, c.region, self.clients[c.client_id]),
+            split)
+
+    def evaluate_with(self, params_of: Callable[[ClientData], torch.Tensor], split: str
+                      ) -> dict[str, Any]:
+        """Every client on ``split`` with the parameters ``params_of(client)``."""
+        return self.evaluator.evaluate(
+            split, lambda c: self.task.predict(set_flat(self.model, params_of(c)),
+                                               c.split(split)))
 
     def _drive_round(self, strategy: Strategy, rnd: int
                      ) -> tuple[dict[str, Any], list[ClientResult]]:
@@ -145,13 +162,16 @@ class Simulator:
             log: dict[str, Any] = {"round": rnd, **round_log}
             if ledger is not None:
                 ledger.record_round(strategy.releases_per_round)
+                while strategy.ldp_reports:
+                    ledger.record_ldp(*strategy.ldp_reports.pop(0))
                 log["epsilon"] = ledger.epsilon() if ledger.is_private else None
             losses = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
             if losses:
                 log["train_loss"] = float(np.mean(losses))
             if rnd % self.training.eval_every == 0 or rnd == rounds:
                 val = self.evaluate(strategy, "val")
-                log["val"] = {k: v for k, v in val.items() if k != "per_region_metrics"}
+                log["val"] = {k: v for k, v in val.items()
+                            if k not in ("per_region_metrics", "per_client")}
             history.append(log)
             if on_round is not None:
                 on_round(log)

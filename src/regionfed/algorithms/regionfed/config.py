@@ -27,6 +27,19 @@ class RegionFedConfig(BaseModel):
     conflict_ema: float | None = Field(None, ge=0.0, lt=1.0)
     #: region weights p_r of the global aggregate
     region_weights: Literal["uniform", "clients"] = "uniform"
+    # -- dynamic routing (paper Alg. 1) and its D.6 safeguards --------------------------
+    tau_conflict: float = Field(0.5, ge=0.0)
+    tau_het: float = Field(1.0, ge=0.0)
+    size_beta: float = Field(1.5, gt=0.0)
+    #: ε_LDP of the randomized-response intent histograms
+    ldp_epsilon: float = Field(2.0, gt=0.0)
+    #: fall back to grad after a validation drop / stall (paper Eq. 15)
+    fallback: bool = True
+    fallback_drop: float = Field(0.05, ge=0.0)
+    fallback_patience: int = Field(2, ge=0)
+    # -- user-level personalization (paper Eq. 5, 7), an evaluation stage ---------------
+    user_personalization: bool = True
+    user_epochs: int = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> RegionFedConfig:

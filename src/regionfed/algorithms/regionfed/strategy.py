@@ -15,6 +15,8 @@ One round, as exchanges with the clients (all transport-free, see :mod:`..base`)
      (first-order MAML step);
    - ``interp``: v_r = θ_r^local − θ^{t+1} — a *train* exchange: the region's sampled
      clients fine-tune θ^{t+1} for ``interp_epochs`` and the region averages (DP) their Δ.
+   - ``dynamic``: each region routed to one of the three by Algorithm 1
+     (:mod:`.routing`), with the D.6 validation fallback to ``grad``.
    θ_r(ρ) = ρ·v_r.
 4. ρ_r by golden-section search (Alg. 3) on the region's validation loss
    L_r(θ^{t+1} + α_r·ρ·v_r), every region searched in lock-step (*evaluate* exchanges), or a
@@ -31,11 +33,13 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+import numpy as np
 import torch
 
 from regionfed.algorithms.base import (
     EVALUATE,
     GRADIENT,
+    HISTOGRAM,
     TRAIN,
     ClientContext,
     ClientResult,
@@ -45,10 +49,12 @@ from regionfed.algorithms.base import (
 from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.regionfed.conflict import ConflictCalibration, conflicts
 from regionfed.algorithms.regionfed.golden_section import GoldenSection
+from regionfed.algorithms.regionfed.routing import ValidationFallback, heterogeneity, route
 from regionfed.errors import ConfigError
 from regionfed.privacy.mechanism import DPConfig
 
-VARIANTS = ("grad", "interp", "meta")
+BASE_VARIANTS = ("grad", "interp", "meta")
+VARIANTS = (*BASE_VARIANTS, "dynamic")
 Exchange = Generator[list[TrainInstruction], list[ClientResult], Any]
 
 
@@ -64,11 +70,16 @@ class RegionFed(Strategy):
         self.variant = variant
         self.name = f"regionfed-{variant}"
         self.config = config or RegionFedConfig()
+        # dynamic may route a region to meta/interp in any round: count the worst case
         self.releases_per_round = 1 if variant == "grad" else 2
         self.calibration = ConflictCalibration(self.config.tau, self.config.mu_perturbation)
         self.smoothed_conflict: dict[str, float] = {}
         self.alpha: dict[str, float] = {}
         self.adaptation: dict[str, torch.Tensor] = {}  # θ_r (already multiplied by ρ_r)
+        self.last_regional: dict[str, torch.Tensor] = {}  # g̃_r of the latest round
+        self.heterogeneity: dict[str, float] | None = None
+        self.fallback = ValidationFallback(self.config.fallback_drop,
+                                           self.config.fallback_patience)
 
     # -- server side ---------------------------------------------------------------------
     def region_weights(self, regions: list[str]) -> dict[str, float]:
@@ -103,11 +114,21 @@ class RegionFed(Strategy):
         raw_conflict = conflicts(regional, global_update)
         conflict = self._smooth(raw_conflict)
         alpha = self._alphas(conflict)
-        directions = yield from self._directions(regional, global_update, theta_next)
-        rho, search_log = yield from self._choose_rho(theta_next, alpha, directions)
+        extra: dict[str, Any] = {}
+        if self.variant == "dynamic":
+            chosen = yield from self._route(conflict, list(regional), extra)
+        else:
+            chosen = dict.fromkeys(regional, self.variant)
+        directions = yield from self._directions(regional, global_update, theta_next, chosen)
+        rho, search_log = yield from self._choose_rho(theta_next, alpha, directions, chosen)
         self.params = theta_next
         self.alpha = alpha
         self.adaptation = {r: rho[r] * v for r, v in directions.items()}
+        self.last_regional = regional
+        if self.variant == "dynamic" and self.config.fallback:
+            accuracy = yield from self._regional_accuracy()
+            self.fallback.record(accuracy)
+            extra["val_accuracy"] = accuracy
         return {
             "clients": len(results),
             "update_norm": float(global_update.norm()),
@@ -115,9 +136,52 @@ class RegionFed(Strategy):
             **({"conflict_ema": conflict} if self.config.conflict_ema is not None else {}),
             "alpha": alpha,
             "rho": rho,
-            "strategy": dict.fromkeys(directions, self.variant),
+            "strategy": chosen,
             **search_log,
+            **extra,
         }
+
+    def _route(self, conflict: dict[str, float], regions: list[str], log: dict[str, Any]
+               ) -> Exchange:
+        """Algorithm 1 per region (plus the D.6 fallback); round 1 also collects the
+        randomized-response label histograms that give h_r."""
+        if self.heterogeneity is None:
+            eps = self.config.ldp_epsilon
+            results = yield [
+                TrainInstruction(c, self.view.client_region[c], self.params,
+                                 {"epsilon": eps, "seed": int(self.rng.integers(2**62))},
+                                 HISTOGRAM) for c in self.view.clients]
+            counts: dict[str, np.ndarray] = {}
+            for res in results:
+                counts[res.region] = counts.get(res.region, 0) + res.metrics["counts"]
+            num_classes = len(results[0].metrics["counts"])
+            self.heterogeneity = heterogeneity(counts, num_classes, eps)
+            self.ldp_reports.append((eps, "label histogram (randomized response, once)"))
+        sizes = {r: sum(self.view.num_examples[c] for c in self.view.clients_in(r))
+                 for r in self.view.regions}
+        mean_size = float(np.mean(list(sizes.values())))
+        chosen = {}
+        for r in regions:
+            if self.config.fallback and self.fallback.forced_to_grad(r):
+                chosen[r] = "grad"
+                continue
+            chosen[r] = route(conflict[r], self.heterogeneity.get(r, 0.0), sizes[r], mean_size,
+                              tau_conflict=self.config.tau_conflict,
+                              tau_het=self.config.tau_het, beta=self.config.size_beta)
+        log["heterogeneity"] = dict(self.heterogeneity)
+        return chosen
+
+    def _regional_accuracy(self) -> Exchange:
+        """Regional validation score of the new regional models (for the fallback)."""
+        results = yield [TrainInstruction(c, r, self.regional_params(r), {"score": True},
+                                          EVALUATE)
+                         for r in self.adaptation for c in self.view.clients_in(r)]
+        accuracy = {}
+        for r in self.adaptation:
+            mine = [res for res in results if res.region == r]
+            total = sum(res.num_examples for res in mine)
+            accuracy[r] = sum(res.metrics["score_sum"] for res in mine) / max(total, 1)
+        return accuracy
 
     def _smooth(self, conflict: dict[str, float]) -> dict[str, float]:
         beta = self.config.conflict_ema
@@ -134,29 +198,37 @@ class RegionFed(Strategy):
         return self.calibration.alphas(conflict, self.config.alpha_min)
 
     def _directions(self, regional: dict[str, torch.Tensor], global_update: torch.Tensor,
-                    theta_next: torch.Tensor) -> Exchange:
+                    theta_next: torch.Tensor, chosen: dict[str, str]) -> Exchange:
         """v_r per region (see the module docstring for the sign convention)."""
-        if self.variant == "grad":
-            return {r: -(g - global_update) for r, g in regional.items()}
-        kind = GRADIENT if self.variant == "meta" else TRAIN
-        config = {"epochs": self.config.interp_epochs} if self.variant == "interp" else {}
+        directions = {r: -(g - global_update) for r, g in regional.items()
+                      if chosen[r] == "grad"}
+        if len(directions) == len(regional):
+            return directions
+        interp = {"epochs": self.config.interp_epochs}
         # a fresh Poisson sample: the ledger composes the two releases of the round as two
         # independently subsampled Gaussian mechanisms, which needs independent samples
-        results = yield [TrainInstruction(c, self.view.client_region[c], theta_next, config,
-                                          kind) for c in self.sample_clients()
-                         if self.view.client_region[c] in regional]
+        instructions = []
+        for c in self.sample_clients():
+            r = self.view.client_region[c]
+            if chosen.get(r) == "meta":
+                instructions.append(TrainInstruction(c, r, theta_next, kind=GRADIENT))
+            elif chosen.get(r) == "interp":
+                instructions.append(TrainInstruction(c, r, theta_next, dict(interp), TRAIN))
+        results = yield instructions
         second = self.regional_means(results)
         # meta: v = −∇L_r; interp: θ^local − θ^{t+1} = −(mean Δ) — both are −(aggregate)
-        return {r: -second[r] for r in regional if r in second}
+        directions.update({r: -second[r] for r in regional
+                           if chosen[r] != "grad" and r in second})
+        return directions
 
     def _choose_rho(self, theta_next: torch.Tensor, alpha: dict[str, float],
-                    directions: dict[str, torch.Tensor]) -> Exchange:
+                    directions: dict[str, torch.Tensor], chosen: dict[str, str]) -> Exchange:
         """Golden-section ρ per region on its validation loss, all regions in lock-step."""
         if not self.config.rho_search:
             return dict.fromkeys(directions, self.config.fixed_rho), {}
-        a, b = (self.config.rho_interval_interp if self.variant == "interp"
-                else self.config.rho_interval)
-        searches = {r: GoldenSection(a, b, self.config.rho_tolerance) for r in directions}
+        searches = {r: GoldenSection(*(self.config.rho_interval_interp
+                                       if chosen[r] == "interp" else self.config.rho_interval),
+                                     self.config.rho_tolerance) for r in directions}
         while True:
             asks = {r: s.ask() for r, s in searches.items()}
             asks = {r: x for r, x in asks.items() if x is not None}

@@ -1,0 +1,56 @@
+import json
+
+import pytest
+from test_cli import SMALL, run_cli
+
+from regionfed.privacy.ledger import epsilon_pld
+
+
+def test_regionfed_run_with_dp_records_privacy_and_regional_signals(tmp_path, capsys):
+    out = tmp_path / "dp"
+    code, stdout, _ = run_cli(capsys, "run", *SMALL, "--methods",
+                              "fedavg,regionfed-grad,regionfed-meta,local", "--rounds", "2",
+                              "--dp-sigma", "1.0", "--dp-clip", "1.0", "--sample-rate", "0.5",
+                              "--out", str(out))
+    assert code == 0
+    privacy = json.loads((out / "privacy.json").read_text())["methods"]
+    assert privacy["fedavg"]["mode"] == "user" and privacy["fedavg"]["rounds"] == 2
+    # ε straight from dp-accounting: grad releases once a round, meta twice
+    assert privacy["regionfed-grad"]["epsilon_pld"] == pytest.approx(
+        epsilon_pld(1.0, 0.5, 2, 1e-5))
+    assert privacy["regionfed-meta"]["epsilon_pld"] == pytest.approx(
+        epsilon_pld(1.0, 0.5, 4, 1e-5))
+    assert privacy["local"]["epsilon_pld"] == 0.0  # nothing leaves the device
+    assert "one user's" in privacy["fedavg"]["protects"]
+    results = json.loads((out / "results.json").read_text())["methods"]
+    assert results["regionfed-grad"]["epsilon"] == pytest.approx(
+        privacy["regionfed-grad"]["epsilon_pld"])
+    assert "∞" not in stdout.split("fedavg")[1].splitlines()[0]
+    user = results["regionfed-grad"]["user_personalization"]
+    assert {"overall_before", "overall_after", "mean_user_before", "mean_user_after",
+            "users_improved"} <= set(user)
+    rounds = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    grad = [r for r in rounds if r["method"] == "regionfed-grad"]
+    assert len(grad) == 2
+    for r in grad:
+        assert set(r["alpha"]) == set(r["rho"]) == set(r["conflict"]) == {"region_00",
+                                                                           "region_01"}
+        assert r["strategy"] == {"region_00": "grad", "region_01": "grad"}
+        assert r["epsilon"] > 0
+
+
+def test_target_epsilon_stops_before_the_budget(tmp_path, capsys):
+    out = tmp_path / "budget"
+    target = epsilon_pld(1.0, 0.5, 3, 1e-5) + 1e-6  # exactly 3 rounds fit
+    code, _, _ = run_cli(capsys, "run", *SMALL, "--methods", "fedavg", "--rounds", "10",
+                         "--dp-sigma", "1.0", "--sample-rate", "0.5", "--target-epsilon",
+                         str(target), "--out", str(out))
+    assert code == 0
+    privacy = json.loads((out / "privacy.json").read_text())["methods"]["fedavg"]
+    assert privacy["rounds"] == 3 and privacy["epsilon_pld"] <= target
+    code, _, err = run_cli(capsys, "run", *SMALL, "--methods", "fedavg",
+                           "--target-epsilon", "1.0")
+    assert code == 2 and "needs differential privacy" in err
+    code, _, err = run_cli(capsys, "run", *SMALL, "--methods", "fedavg", "--dp-sigma", "0.3",
+                           "--target-epsilon", "0.01")
+    assert code == 2 and "exceeds target epsilon" in err
