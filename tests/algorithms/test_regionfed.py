@@ -186,3 +186,21 @@ def test_user_personalization_lowers_each_users_own_loss():
             assert user.validation_loss(personal[uid])[0] < user.validation_loss(regional)[0]
             assert torch.allclose(personal[uid], regional + alpha[uid] * (
                 user.train(regional)[0] - regional))
+
+
+def test_persistent_adaptation_accumulates_and_never_hurts_validation():
+    from regionfed.algorithms.regionfed import RegionFedPersist
+    clients, view = shifted_federation()
+    strategy = RegionFedPersist()
+    logs = run_rounds(strategy, clients, view, rounds=4)
+    # ρ = 0 keeps last round's θ_r, so the searched loss never gets worse than keeping it
+    for log in logs:
+        for region in view.regions:
+            assert log["val_loss_rho"][region] <= log["val_loss_rho0"][region]
+    one_step = RegionFed("grad")
+    run_rounds(one_step, clients, view, rounds=4)
+    persist_loss = sum(c.validation_loss(strategy.regional_params(c.region))[0]
+                       for c in clients.values())
+    one_step_loss = sum(c.validation_loss(one_step.regional_params(c.region))[0]
+                        for c in clients.values())
+    assert persist_loss < one_step_loss

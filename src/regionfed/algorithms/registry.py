@@ -15,7 +15,7 @@ from typing import Literal
 from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.fedavg import FedAvg
 from regionfed.algorithms.local import LocalOnly
-from regionfed.algorithms.regionfed import RegionFed, RegionFedAvg
+from regionfed.algorithms.regionfed import RegionFed, RegionFedAvg, RegionFedPersist
 from regionfed.algorithms.regionfed.strategy import VARIANTS as REGIONFED_VARIANTS
 from regionfed.errors import UnknownMethodError
 
@@ -53,6 +53,9 @@ METHODS: dict[str, MethodSpec] = {
                    RegionFedAvg),
         *(MethodSpec(f"regionfed-{v}", "federated", f"RegionFed, {v} adaptation (SPEC §3)",
                      functools.partial(RegionFed, v)) for v in REGIONFED_VARIANTS),
+        MethodSpec("regionfed-persist", "federated",
+                   "RegionFed-grad with an adaptation that accumulates across rounds "
+                   "(extra, SPEC §3)", RegionFedPersist),
     )
 }
 

@@ -2,6 +2,6 @@
 gradient conflict, adaptive α, regional adaptation strategies and golden-section ρ."""
 
 from regionfed.algorithms.regionfed.config import RegionFedConfig
-from regionfed.algorithms.regionfed.strategy import RegionFed, RegionFedAvg
+from regionfed.algorithms.regionfed.strategy import RegionFed, RegionFedAvg, RegionFedPersist
 
-__all__ = ["RegionFed", "RegionFedAvg", "RegionFedConfig"]
+__all__ = ["RegionFed", "RegionFedAvg", "RegionFedConfig", "RegionFedPersist"]

@@ -25,6 +25,9 @@ class RegionFedConfig(BaseModel):
     interp_epochs: int = Field(1, ge=1)
     #: EMA of the conflict (paper D.6 safeguard; β = 0.9 there); ``None`` = raw d_r
     conflict_ema: float | None = Field(None, ge=0.0, lt=1.0)
+    #: keep θ_r across rounds and add each round's ρ·v_r to it (SPEC §3's stronger variant;
+    #: the paper's θ_r is recomputed from one round's signal only)
+    persist_adaptation: bool = False
     #: region weights p_r of the global aggregate
     region_weights: Literal["uniform", "clients"] = "uniform"
     # -- dynamic routing (paper Alg. 1) and its D.6 safeguards --------------------------
