@@ -72,3 +72,20 @@ def test_client_sampling_rate_is_honoured(tiny_federation, tiny_task):
     Simulator(tiny_federation, tiny_task, config, seed=0).run(strategy)
     assert len(strategy.seen) == 6
     assert 0 < sum(strategy.seen) < 36  # Poisson(0.5) over 6 clients × 6 rounds
+
+
+def test_shared_validation_shortcut_matches_per_client_replies(tiny_federation, tiny_task):
+    from regionfed.algorithms.base import EVALUATE, TrainInstruction
+    from regionfed.algorithms.regionfed import RegionFed
+
+    sim = Simulator(tiny_federation, tiny_task, FAST, seed=0)
+    strategy = RegionFed("grad")
+    params = get_flat(sim.model) + 0.01
+    instructions = [TrainInstruction(c.client_id, c.region, params, kind=EVALUATE)
+                    for c in tiny_federation.clients]
+    fast = sim._shared_validation_losses(instructions)
+    assert set(fast) == set(range(len(instructions)))
+    for i, ins in enumerate(instructions):
+        slow = strategy.handle(ins, sim.clients[ins.client_id])
+        assert fast[i].num_examples == slow.num_examples > 0
+        assert fast[i].metrics["loss_sum"] == pytest.approx(slow.metrics["loss_sum"], rel=1e-4)

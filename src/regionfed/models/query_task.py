@@ -154,6 +154,10 @@ class QueryTask(Task):
     def num_examples(self, prepared: PreparedQueries) -> int:
         return len(prepared)
 
+    def concat_prepared(self, parts: list[PreparedQueries]) -> PreparedQueries:
+        return PreparedQueries(*(torch.cat([getattr(p, f) for p in parts]) for f in
+                                 PreparedQueries.__dataclass_fields__))
+
     def weighted(self, prepared: PreparedQueries, weight: torch.Tensor) -> PreparedQueries:
         if weight.shape != (len(prepared),):
             raise ValueError(f"need one weight per example ({len(prepared)})")
@@ -195,14 +199,17 @@ class QueryTask(Task):
     def batch_size_of(self, batch: Batch) -> int:
         return int(batch["intent"].shape[0])
 
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """Σ_tasks of the per-example mean losses, averaged with the example weights."""
+    def example_losses(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Intent CE + mean token NER CE + mean token spell CE, per example."""
         out = model(batch)
         intent = F.cross_entropy(out["intent"], batch["intent"], reduction="none")
-        per_example = intent + _token_mean_ce(out["ner"], batch["ner"]) \
+        return intent + _token_mean_ce(out["ner"], batch["ner"]) \
             + _token_mean_ce(out["spell"], batch["spell_gold"])
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Σ_tasks of the per-example mean losses, averaged with the example weights."""
         w = batch["weight"]
-        return (per_example * w).sum() / w.sum().clamp(min=1e-12)
+        return (self.example_losses(model, batch) * w).sum() / w.sum().clamp(min=1e-12)
 
     @torch.no_grad()
     def predict(self, model: nn.Module, dataset: QueryDataset) -> QueryPredictions:

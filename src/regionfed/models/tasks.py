@@ -42,6 +42,10 @@ class Task(ABC):
         """``prepared`` with per-example loss weights (mean-normalised per batch)."""
 
     @abstractmethod
+    def concat_prepared(self, parts: list[Any]) -> Any:
+        """Several prepared splits as one (example order kept)."""
+
+    @abstractmethod
     def batches(self, prepared: Any, batch_size: int, generator: torch.Generator | None
                 ) -> Iterator[Batch]:
         """Mini-batches; shuffled with ``generator`` when one is given."""
@@ -49,6 +53,10 @@ class Task(ABC):
     @abstractmethod
     def batch_size_of(self, batch: Batch) -> int:
         """Number of examples in ``batch``."""
+
+    @abstractmethod
+    def example_losses(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """The unweighted loss of every example of ``batch``, shape (B,)."""
 
     @abstractmethod
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:

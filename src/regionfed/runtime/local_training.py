@@ -86,16 +86,20 @@ def mean_gradient(task: Task, model: nn.Module, params: torch.Tensor, prepared: 
 
 
 @torch.no_grad()
-def loss_sum(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
-             batch_size: int = 512) -> tuple[float, int]:
-    """(Σ per-example loss, n) of ``params`` on ``prepared`` (e.g. a validation split)."""
+def example_losses(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
+                   batch_size: int = 512) -> torch.Tensor:
+    """The loss of every example of ``prepared`` under ``params`` (e.g. a validation split)."""
     set_flat(model, params)
     was_training = model.training
     model.eval()
-    total, n = 0.0, 0
-    for batch in task.batches(prepared, batch_size, None):
-        size = task.batch_size_of(batch)
-        total += float(task.loss(model, batch)) * size
-        n += size
+    parts = [task.example_losses(model, batch)
+             for batch in task.batches(prepared, batch_size, None)]
     model.train(was_training)
-    return total, n
+    return torch.cat(parts) if parts else torch.zeros(0)
+
+
+def loss_sum(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
+             batch_size: int = 512) -> tuple[float, int]:
+    """(Σ per-example loss, n) of ``params`` on ``prepared``."""
+    losses = example_losses(task, model, params, prepared, batch_size)
+    return float(losses.sum()), int(losses.numel())

@@ -17,13 +17,25 @@ import numpy as np
 import torch
 from torch import nn
 
-from regionfed.algorithms.base import ClientResult, FederationView, Strategy, check_finite
+from regionfed.algorithms.base import (
+    EVALUATE,
+    ClientResult,
+    FederationView,
+    Strategy,
+    TrainInstruction,
+    check_finite,
+)
 from regionfed.config import TrainingConfig
 from regionfed.data.federation import ClientData, Federation
 from regionfed.models.tasks import Task
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.evaluation import FederationEvaluator
-from regionfed.runtime.local_training import loss_sum, mean_gradient, train_local
+from regionfed.runtime.local_training import (
+    example_losses,
+    loss_sum,
+    mean_gradient,
+    train_local,
+)
 from regionfed.runtime.params import get_flat, set_flat
 
 RoundCallback = Callable[[dict[str, Any]], None]
@@ -102,6 +114,7 @@ class Simulator:
         self.current_round = 0
         self.model = task.build_model(seed)
         self.evaluator = evaluator or FederationEvaluator(task, federation)
+        self._pooled_val: dict[tuple[str, ...], Any] = {}
         self.view = FederationView(
             regions=tuple(federation.regions),
             client_region={c.client_id: c.region for c in federation.clients},
@@ -135,9 +148,11 @@ class Simulator:
         first: list[ClientResult] | None = None
         instructions = next(exchange)
         while True:
+            batched = self._shared_validation_losses(instructions)
             results = []
-            for instruction in instructions:
-                result = strategy.handle(instruction, self.clients[instruction.client_id])
+            for i, instruction in enumerate(instructions):
+                result = batched.get(i) or strategy.handle(
+                    instruction, self.clients[instruction.client_id])
                 if result.update is not None:
                     check_finite(result.update, f"client {result.client_id} in round {rnd}")
                 results.append(result)
@@ -147,6 +162,35 @@ class Simulator:
                 instructions = exchange.send(results)
             except StopIteration as done:
                 return done.value, first
+
+    def _shared_validation_losses(self, instructions: list[TrainInstruction]
+                                  ) -> dict[int, ClientResult]:
+        """In-process shortcut for ``evaluate`` instructions that share one parameter tensor
+        (RegionFed's ρ search sends the same candidate to all clients of a region): one
+        forward pass over those clients' validation data, split back per client. Each reply
+        equals what :meth:`Strategy.handle` would return for that client."""
+        groups: dict[int, list[int]] = {}
+        for i, ins in enumerate(instructions):
+            if ins.kind == EVALUATE and not ins.config:
+                groups.setdefault(id(ins.params), []).append(i)
+        out: dict[int, ClientResult] = {}
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            clients = [self.clients[instructions[i].client_id] for i in members]
+            key = tuple(c.client_id for c in clients)
+            if key not in self._pooled_val:
+                self._pooled_val[key] = self.task.concat_prepared(
+                    [c.prepared_val for c in clients])
+            losses = example_losses(self.task, self.model, instructions[members[0]].params,
+                                    self._pooled_val[key])
+            offset = 0
+            for i, client in zip(members, clients, strict=True):
+                n = self.task.num_examples(client.prepared_val)
+                out[i] = ClientResult(client.client_id, client.region, None, n,
+                                      {"loss_sum": float(losses[offset:offset + n].sum())})
+                offset += n
+        return out
 
     def run(self, strategy: Strategy, on_round: RoundCallback | None = None,
             ledger: PrivacyLedger | None = None) -> FederatedRun:

@@ -241,10 +241,10 @@ class RegionFed(Strategy):
             asks = {r: x for r, x in asks.items() if x is not None}
             if not asks:
                 break
-            instructions = [
-                TrainInstruction(c, r, theta_next + alpha[r] * (previous[r] + x * directions[r]),
-                                 kind=EVALUATE)
-                for r, x in asks.items() for c in self.view.clients_in(r)]
+            candidates = {r: theta_next + alpha[r] * (previous[r] + x * directions[r])
+                          for r, x in asks.items()}
+            instructions = [TrainInstruction(c, r, candidates[r], kind=EVALUATE)
+                            for r in asks for c in self.view.clients_in(r)]
             results = yield instructions
             for r in asks:
                 mine = [res for res in results if res.region == r]
