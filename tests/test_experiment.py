@@ -36,6 +36,7 @@ def test_regionfed_run_with_dp_records_privacy_and_regional_signals(tmp_path, ca
         assert set(r["alpha"]) == set(r["rho"]) == set(r["conflict"]) == {"region_00",
                                                                            "region_01"}
         assert r["strategy"] == {"region_00": "grad", "region_01": "grad"}
+        assert set(r["val_accuracy"]) == {"region_00", "region_01"}
         assert r["epsilon"] > 0
 
 

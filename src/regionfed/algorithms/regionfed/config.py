@@ -28,6 +28,9 @@ class RegionFedConfig(BaseModel):
     #: keep θ_r across rounds and add each round's ρ·v_r to it (SPEC §3's stronger variant;
     #: the paper's θ_r is recomputed from one round's signal only)
     persist_adaptation: bool = False
+    #: score every regional model on its region's validation data each round (logged as
+    #: ``val_accuracy``; the dynamic fallback needs it regardless)
+    track_val_accuracy: bool = True
     #: region weights p_r of the global aggregate
     region_weights: Literal["uniform", "clients"] = "uniform"
     # -- dynamic routing (paper Alg. 1) and its D.6 safeguards --------------------------

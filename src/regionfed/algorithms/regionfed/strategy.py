@@ -131,9 +131,11 @@ class RegionFed(Strategy):
         self.alpha = alpha
         self.adaptation = {r: previous[r] + rho[r] * v for r, v in directions.items()}
         self.last_regional = regional
-        if self.variant == "dynamic" and self.config.fallback:
+        uses_fallback = self.variant == "dynamic" and self.config.fallback
+        if self.config.track_val_accuracy or uses_fallback:
             accuracy = yield from self._regional_accuracy()
-            self.fallback.record(accuracy)
+            if uses_fallback:
+                self.fallback.record(accuracy)
             extra["val_accuracy"] = accuracy
         return {
             "clients": len(results),
