@@ -89,9 +89,10 @@ def test_region_fedavg_uses_fixed_alpha_and_rho_and_no_search():
     strategy = RegionFedAvg()
     sent = []
     original = strategy.handle
-    strategy.handle = lambda i, c: sent.append(i.kind) or original(i, c)
+    strategy.handle = lambda i, c: sent.append((i.kind, bool(i.config))) or original(i, c)
     logs = run_rounds(strategy, clients, view, rounds=2)
-    assert EVALUATE not in sent
+    assert (EVALUATE, False) not in sent  # no ρ search: only the accuracy log evaluates
+    assert (EVALUATE, True) in sent
     assert set(logs[-1]["alpha"].values()) == {0.75} and set(logs[-1]["rho"].values()) == {1.0}
     assert strategy.name == "region-fedavg" and strategy.releases_per_round == 1
 
