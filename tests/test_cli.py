@@ -95,7 +95,7 @@ def test_argparse_errors_follow_the_contract(capsys):
     assert len(err) == 1 and err[0].startswith("error:")
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["compare"], ["privacy"]])
+@pytest.mark.parametrize("command", [[], ["run"], ["compare"], ["privacy"], ["report"]])
 def test_help_for_every_subcommand(command):
     proc = subprocess.run([sys.executable, "-m", "regionfed", *command, "--help"],
                           capture_output=True, text=True, timeout=120)
@@ -126,3 +126,19 @@ def test_privacy_without_noise_is_infinite_and_bad_rates_fail(capsys):
     code, _, err = run_cli(capsys, "privacy", "--sigma", "4", "--sample-rate", "1.5",
                            "--rounds", "5", "--delta", "1e-5")
     assert code == 2 and err.startswith("error:") and "sample rate" in err
+
+
+def test_report_writes_markdown_and_curves(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli(capsys, "run", *SMALL, "--methods", "majority,fedavg,regionfed-grad",
+                   "--rounds", "2", "--out", str(out))[0] == 0
+    code, stdout, _ = run_cli(capsys, "report", str(out))
+    assert code == 0 and "| regionfed-grad" in stdout and "Users improved" in stdout
+    assert (out / "report.md").read_text() == stdout.rstrip("\n") + "\n"
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = run_cli(capsys, "report", str(tmp_path / "missing"))
+    assert code == 2 and err.startswith("error:") and "not found" in err
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results.json").write_text("{not json")
+    code, _, err = run_cli(capsys, "report", str(tmp_path / "bad"))
+    assert code == 2 and "not a regionfed results file" in err

@@ -139,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     privacy.add_argument("--target-epsilon", type=float, metavar="EPS",
                          help="also compute the σ needed to reach this ε")
     privacy.add_argument("--json", action="store_true", help="print JSON")
+    report = sub.add_parser(
+        "report", help="markdown report + validation-curve PNG from finished runs",
+        description="Write report.md and curves.png into each run folder and print the "
+        "markdown.", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  regionfed report runs/default\n")
+    report.add_argument("runs", nargs="+", metavar="DIR", help="run folders")
     return parser
 
 
@@ -203,11 +209,20 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from regionfed.report import write_report
+
+    for folder in args.runs:
+        print(write_report(Path(folder)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return {"run": cmd_run, "compare": cmd_run, "privacy": cmd_privacy}[args.command](args)
+        return {"run": cmd_run, "compare": cmd_run, "privacy": cmd_privacy,
+                "report": cmd_report}[args.command](args)
     except RegionFedError as exc:
         if args.debug:
             raise
