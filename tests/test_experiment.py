@@ -50,8 +50,8 @@ def test_target_epsilon_stops_before_the_budget(tmp_path, capsys):
     privacy = json.loads((out / "privacy.json").read_text())["methods"]["fedavg"]
     assert privacy["rounds"] == 3 and privacy["epsilon_pld"] <= target
     code, _, err = run_cli(capsys, "run", *SMALL, "--methods", "fedavg",
-                           "--target-epsilon", "1.0")
+                           "--target-epsilon", "1.0", "--out", str(tmp_path / "a"))
     assert code == 2 and "needs differential privacy" in err
     code, _, err = run_cli(capsys, "run", *SMALL, "--methods", "fedavg", "--dp-sigma", "0.3",
-                           "--target-epsilon", "0.01")
+                           "--target-epsilon", "0.01", "--out", str(tmp_path / "b"))
     assert code == 2 and "exceeds target epsilon" in err
