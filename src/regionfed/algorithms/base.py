@@ -94,23 +94,18 @@ class ClientContext(Protocol):
               extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None
               ) -> tuple[torch.Tensor, float]:
         """Local training from ``start``; returns (new params, mean training loss)."""
-        ...
 
     def gradient(self, params: torch.Tensor) -> torch.Tensor:
         """Mean gradient of the training loss at ``params`` (one pass, no update)."""
-        ...
 
     def validation_loss(self, params: torch.Tensor) -> tuple[float, int]:
         """(sum of per-example validation losses, number of validation examples)."""
-        ...
 
     def validation_score(self, params: torch.Tensor) -> tuple[float, int]:
         """(task score × number of validation examples, number of validation examples)."""
-        ...
 
     def labels(self) -> tuple[np.ndarray, int]:
         """(class label of every training example, number of classes)."""
-        ...
 
 
 def check_finite(update: torch.Tensor, who: str) -> None:

@@ -53,3 +53,9 @@ class FederationEvaluator:
                                 for c in fed.clients}
         result.update(metrics.regional_summary(result["per_region"]))
         return result
+
+
+def loggable(result: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation result without its bulky per-region and per-client detail
+    (what goes into ``metrics.jsonl`` each round)."""
+    return {k: v for k, v in result.items() if k not in ("per_region_metrics", "per_client")}

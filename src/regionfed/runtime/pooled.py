@@ -13,7 +13,7 @@ import torch
 from regionfed.config import TrainingConfig
 from regionfed.data.federation import Federation, concat_splits
 from regionfed.models.tasks import Task
-from regionfed.runtime.evaluation import FederationEvaluator
+from regionfed.runtime.evaluation import FederationEvaluator, loggable
 from regionfed.runtime.local_training import train_local
 from regionfed.runtime.params import get_flat, set_flat
 from regionfed.runtime.simulator import FederatedRun, RoundCallback, derived_seed
@@ -46,8 +46,7 @@ def run_pooled(federation: Federation, task: Task, training: TrainingConfig, see
         if rnd % training.eval_every == 0 or rnd == training.rounds:
             set_flat(model, params)
             val = evaluator.evaluate("val", lambda c: task.predict(model, c.val))
-            log["val"] = {k: v for k, v in val.items()
-                            if k not in ("per_region_metrics", "per_client")}
+            log["val"] = loggable(val)
         history.append(log)
         if on_round is not None:
             on_round(log)

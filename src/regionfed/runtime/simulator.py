@@ -29,7 +29,7 @@ from regionfed.config import TrainingConfig
 from regionfed.data.federation import ClientData, Federation
 from regionfed.models.tasks import Task
 from regionfed.privacy.ledger import PrivacyLedger
-from regionfed.runtime.evaluation import FederationEvaluator
+from regionfed.runtime.evaluation import FederationEvaluator, loggable
 from regionfed.runtime.local_training import (
     example_losses,
     loss_sum,
@@ -214,8 +214,7 @@ class Simulator:
                 log["train_loss"] = float(np.mean(losses))
             if rnd % self.training.eval_every == 0 or rnd == rounds:
                 val = self.evaluate(strategy, "val")
-                log["val"] = {k: v for k, v in val.items()
-                            if k not in ("per_region_metrics", "per_client")}
+                log["val"] = loggable(val)
             history.append(log)
             if on_round is not None:
                 on_round(log)
