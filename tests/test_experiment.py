@@ -55,3 +55,5 @@ def test_target_epsilon_stops_before_the_budget(tmp_path, capsys):
     code, _, err = run_cli(capsys, "run", *SMALL, "--methods", "fedavg", "--dp-sigma", "0.3",
                            "--target-epsilon", "0.01", "--out", str(tmp_path / "b"))
     assert code == 2 and "exceeds target epsilon" in err
+    # refused before anything is written: no half-made run folders
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

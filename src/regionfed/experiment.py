@@ -145,6 +145,17 @@ def rounds_for_budget(config: RunConfig, strategy: Strategy, ledger: PrivacyLedg
     return allowed
 
 
+def check_privacy_budget(config: RunConfig) -> None:
+    """Raise :class:`ConfigError` now if ``training.target_epsilon`` rules out any configured
+    federated method (before any folder is created or any time is spent)."""
+    if config.training.target_epsilon is None:
+        return
+    for method in config.methods:
+        if get_method(method).kind == "federated":
+            rounds_for_budget(config, build_strategy(method, config),
+                              PrivacyLedger(config.dp, config.training.sample_rate))
+
+
 def unique_run_dir(base: Path) -> Path:
     """``base`` if unused, else ``base-2``, ``base-3``, … (never overwrite a finished run)."""
     if not base.exists():
@@ -162,6 +173,7 @@ def _partial_path(out: Path, method: str, seed: int) -> Path:
 def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
                    resume: bool = False) -> dict[str, Any]:
     """Run every method × seed, writing outputs under ``out``; returns ``results.json``."""
+    check_privacy_budget(config)  # a budget no method can meet must not leave a run folder
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "config.yaml"
     if resume:
