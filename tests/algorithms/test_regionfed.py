@@ -205,3 +205,26 @@ def test_persistent_adaptation_accumulates_and_never_hurts_validation():
     one_step_loss = sum(c.validation_loss(one_step.regional_params(c.region))[0]
                         for c in clients.values())
     assert persist_loss < one_step_loss
+
+
+def test_ensemble_weights_follow_each_strategys_validation_accuracy():
+    from regionfed.algorithms.base import Ensemble
+    clients, view = shifted_federation()
+    for c in clients.values():  # scripted regional validation scores: grad, interp, meta
+        c.score_ = [0.9, 0.3, 0.6] if c.region == SHIFTED else [0.5, 0.5, 0.5]
+    strategy = RegionFed("ensemble")
+    assert strategy.releases_per_round == 3
+    logs = run_rounds(strategy, clients, view, rounds=1)
+    weights = strategy.member_weights[SHIFTED]
+    assert weights == pytest.approx({"grad": 0.5, "interp": 1 / 6, "meta": 1 / 3})
+    assert strategy.member_weights["a"] == pytest.approx(dict.fromkeys(weights, 1 / 3))
+    assert set(logs[0]["rho"]) == {"grad", "interp", "meta"}
+    model = strategy.eval_params("d/0", SHIFTED, clients["d/0"])
+    assert isinstance(model, Ensemble) and len(model.members) == 3
+    # every member is a regional model θ + α_r θ_r^s, and meta ≠ grad (different directions)
+    alpha = strategy.alpha[SHIFTED]
+    members = strategy.members[SHIFTED]
+    assert torch.allclose(model.members[0], strategy.params + alpha * members["grad"])
+    assert not torch.allclose(members["grad"], members["meta"])
+    # the single regional model (user stage) is the best-weighted member
+    assert torch.allclose(strategy.regional_params(SHIFTED), model.members[0])

@@ -90,3 +90,24 @@ def test_example_weights_reweight_the_loss():
     assert not torch.allclose(task.loss(model, batch_all), task.loss(model, first))
     with pytest.raises(ValueError):
         task.weighted(prepared, torch.ones(3))
+
+
+def test_ensemble_vote_is_the_weighted_mean_of_probabilities():
+    task, data = small_task(), toy_dataset(60)
+    a, b = task.build_model(0), task.build_model(1)
+    pa, pb = task.predict(a, data), task.predict(b, data)
+    assert not np.array_equal(pa.intent, pb.intent)  # two genuinely different members
+    only_a = task.predict_ensemble([a, b], [1.0, 0.0], data)
+    assert np.array_equal(only_a.intent, pa.intent) and only_a.ner == pa.ner \
+        and only_a.spell == pa.spell
+    twice = task.predict_ensemble([a, a], [0.5, 0.5], data)
+    assert np.array_equal(twice.intent, pa.intent) and twice.ner == pa.ner
+    # a 50/50 vote: the intent is the argmax of the averaged softmax (Eq. 17)
+    vote = task.predict_ensemble([a, b], [0.5, 0.5], data)
+    batch = next(task.batches(task.prepare(data, False), 512, None))
+    with torch.no_grad():
+        mixed = 0.5 * torch.softmax(a.eval()(batch)["intent"], -1) \
+            + 0.5 * torch.softmax(b.eval()(batch)["intent"], -1)
+    assert np.array_equal(vote.intent, mixed.argmax(-1).numpy())
+    with pytest.raises(ValueError, match="one weight per model"):
+        task.predict_ensemble([a, b], [1.0], data)

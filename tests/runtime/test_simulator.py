@@ -89,3 +89,15 @@ def test_shared_validation_shortcut_matches_per_client_replies(tiny_federation, 
         slow = strategy.handle(ins, sim.clients[ins.client_id])
         assert fast[i].num_examples == slow.num_examples > 0
         assert fast[i].metrics["loss_sum"] == pytest.approx(slow.metrics["loss_sum"], rel=1e-4)
+
+
+def test_one_member_ensemble_evaluates_like_its_member(tiny_federation, tiny_task):
+    from regionfed.algorithms.base import Ensemble
+    sim = Simulator(tiny_federation, tiny_task, FAST, seed=0)
+    params = get_flat(sim.model)
+    plain = sim.evaluate_with(lambda c: params, "val")
+    voted = sim.evaluate_with(lambda c: Ensemble((params, params), (0.3, 0.7)), "val")
+    assert voted["overall"] == pytest.approx(plain["overall"])
+    assert voted["per_client"] == pytest.approx(plain["per_client"])
+    with pytest.raises(ValueError, match="weights"):
+        Ensemble((params,), (-1.0,))

@@ -82,6 +82,22 @@ class ClientResult:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Ensemble:
+    """An evaluation model that is a weighted vote of several parameter vectors (paper D.6,
+    Eq. 17: ŷ = argmax_c Σ_s w_s P_s(y = c | x)); what :meth:`Strategy.eval_params` returns
+    for an ensemble method. Weights are normalised to sum to 1."""
+
+    members: tuple[torch.Tensor, ...]
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.members or len(self.members) != len(self.weights):
+            raise ValueError("an ensemble needs one weight per member and ≥ 1 member")
+        if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+            raise ValueError(f"ensemble weights must be ≥ 0 and not all 0: {self.weights}")
+
+
 class ClientContext(Protocol):
     """A client as seen by strategy code running on it (supplied by the runtime)."""
 
@@ -198,7 +214,8 @@ class Strategy(ABC):
         return ClientResult(client.client_id, client.region, instruction.params - new,
                             client.num_examples, {"train_loss": loss})
 
-    def eval_params(self, client_id: str, region: str, client: ClientContext) -> torch.Tensor:
+    def eval_params(self, client_id: str, region: str, client: ClientContext
+                    ) -> torch.Tensor | Ensemble:
         """The parameters ``client_id`` is evaluated with (default: the global model)."""
         return self.params
 

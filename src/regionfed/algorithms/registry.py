@@ -20,6 +20,10 @@ from regionfed.algorithms.regionfed.strategy import VARIANTS as REGIONFED_VARIAN
 from regionfed.errors import UnknownMethodError
 
 StrategyFactory = Callable[..., Strategy]
+VARIANT_SUMMARIES = {
+    "dynamic": "RegionFed, per-region routing (paper Alg. 1) with the D.6 fallback",
+    "ensemble": "RegionFed, confidence-weighted vote of grad/interp/meta (paper D.6, Eq. 17)",
+}
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,9 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("region-fedavg", "federated",
                    "hierarchical averaging, fixed α and ρ (isolates the hierarchy)",
                    RegionFedAvg),
-        *(MethodSpec(f"regionfed-{v}", "federated", f"RegionFed, {v} adaptation (SPEC §3)",
-                     functools.partial(RegionFed, v)) for v in REGIONFED_VARIANTS),
+        *(MethodSpec(f"regionfed-{v}", "federated", VARIANT_SUMMARIES.get(
+            v, f"RegionFed, {v} adaptation (SPEC §3)"), functools.partial(RegionFed, v))
+          for v in REGIONFED_VARIANTS),
         MethodSpec("regionfed-persist", "federated",
                    "RegionFed-grad with an adaptation that accumulates across rounds "
                    "(extra, SPEC §3)", RegionFedPersist),

@@ -211,25 +211,41 @@ class QueryTask(Task):
         w = batch["weight"]
         return (self.example_losses(model, batch) * w).sum() / w.sum().clamp(min=1e-12)
 
-    @torch.no_grad()
     def predict(self, model: nn.Module, dataset: QueryDataset) -> QueryPredictions:
+        return self.predict_ensemble([model], [1.0], dataset)
+
+    @torch.no_grad()
+    def predict_ensemble(self, models: list[nn.Module], weights: list[float],
+                         dataset: QueryDataset) -> QueryPredictions:
+        """Eq. 17 per head (intent, every NER tag, every spell slot): the argmax of the
+        weighted mean of the members' softmax probabilities (one member: its argmax)."""
+        if not models or len(models) != len(weights):
+            raise ValueError("need one weight per model and at least one model")
         prepared = self.prepare(dataset, training=False)
-        was_training = model.training
-        model.eval()
+        modes = [m.training for m in models]
+        for m in models:
+            m.eval()
         intents, ner, spell = [], [], []
         offset = 0
         for batch in self.batches(prepared, 512, None):
-            out = model(batch)
-            intents.append(out["intent"].argmax(-1).numpy())
-            ner_ids = out["ner"].argmax(-1).numpy()
-            slot = out["spell"].argmax(-1).numpy()
+            outs = [m(batch) for m in models]
+            if len(models) == 1:
+                scores = outs[0]
+            else:
+                scores = {key: sum(w * torch.softmax(o[key], -1)
+                                   for w, o in zip(weights, outs, strict=True))
+                          for key in ("intent", "ner", "spell")}
+            intents.append(scores["intent"].argmax(-1).numpy())
+            ner_ids = scores["ner"].argmax(-1).numpy()
+            slot = scores["spell"].argmax(-1).numpy()
             for b in range(ner_ids.shape[0]):
                 words = dataset.tokens[offset + b]
                 ner.append([NER_TAGS[t] for t in ner_ids[b, :len(words)]])
                 spell.append([self._decode_spell(w, int(s)) for w, s in
                               zip(words, slot[b, :len(words)], strict=True)])
             offset += ner_ids.shape[0]
-        model.train(was_training)
+        for m, mode in zip(models, modes, strict=True):
+            m.train(mode)
         return QueryPredictions(np.concatenate(intents) if intents else np.zeros(0, np.int64),
                                 ner, spell)
 

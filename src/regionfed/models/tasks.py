@@ -66,6 +66,13 @@ class Task(ABC):
     def predict(self, model: nn.Module, dataset: Any) -> Any:
         """Predictions for every example of ``dataset``."""
 
+    def predict_ensemble(self, models: list[nn.Module], weights: list[float], dataset: Any
+                         ) -> Any:
+        """Confidence-weighted vote of several models (paper Eq. 17):
+        argmax_c Σ_s w_s P_s(y = c | x) for every predicted label."""
+        raise TypeError(f"{type(self).__name__} cannot combine the predictions of several "
+                        "models (no predict_ensemble)")
+
     @abstractmethod
     def score(self, predictions: Any, dataset: Any) -> dict[str, float]:
         """Metrics of ``predictions`` against ``dataset``'s labels (fractions in [0, 1])."""

@@ -20,6 +20,7 @@ from torch import nn
 from regionfed.algorithms.base import (
     EVALUATE,
     ClientResult,
+    Ensemble,
     FederationView,
     Strategy,
     TrainInstruction,
@@ -115,6 +116,7 @@ class Simulator:
         self.model = task.build_model(seed)
         self.evaluator = evaluator or FederationEvaluator(task, federation)
         self._pooled_val: dict[tuple[str, ...], Any] = {}
+        self._member_models: list[nn.Module] = []  # scratch models for ensemble members
         self.view = FederationView(
             regions=tuple(federation.regions),
             client_region={c.client_id: c.region for c in federation.clients},
@@ -133,12 +135,21 @@ class Simulator:
             lambda c: strategy.eval_params(c.client_id, c.region, self.clients[c.client_id]),
             split)
 
-    def evaluate_with(self, params_of: Callable[[ClientData], torch.Tensor], split: str
-                      ) -> dict[str, Any]:
+    def evaluate_with(self, params_of: Callable[[ClientData], torch.Tensor | Ensemble],
+                      split: str) -> dict[str, Any]:
         """Every client on ``split`` with the parameters ``params_of(client)``."""
         return self.evaluator.evaluate(
-            split, lambda c: self.task.predict(set_flat(self.model, params_of(c)),
-                                               c.split(split)))
+            split, lambda c: self.predict(params_of(c), c.split(split)))
+
+    def predict(self, params: torch.Tensor | Ensemble, dataset: Any) -> Any:
+        """Predictions of one parameter vector, or the weighted vote of an :class:`Ensemble`."""
+        if not isinstance(params, Ensemble):
+            return self.task.predict(set_flat(self.model, params), dataset)
+        while len(self._member_models) < len(params.members):
+            self._member_models.append(self.task.build_model(self.seed))
+        models = [set_flat(m, p) for m, p in zip(self._member_models[:len(params.members)],
+                                                     params.members, strict=True)]
+        return self.task.predict_ensemble(models, list(params.weights), dataset)
 
     def _drive_round(self, strategy: Strategy, rnd: int
                      ) -> tuple[dict[str, Any], list[ClientResult]]:

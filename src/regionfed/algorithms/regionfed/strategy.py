@@ -17,6 +17,9 @@ One round, as exchanges with the clients (all transport-free, see :mod:`..base`)
      clients fine-tune θ^{t+1} for ``interp_epochs`` and the region averages (DP) their Δ.
    - ``dynamic``: each region routed to one of the three by Algorithm 1
      (:mod:`.routing`), with the D.6 validation fallback to ``grad``.
+   - ``ensemble`` (paper D.6, Eq. 17): every region computes all three; its model is the
+     confidence-weighted vote of the three regional models, w_s ∝ regional validation
+     accuracy of strategy s (three releases per round).
    θ_r(ρ) = ρ·v_r.
 4. ρ_r by golden-section search (Alg. 3) on the region's validation loss
    L_r(θ^{t+1} + α_r·(θ_r^prev + ρ·v_r)), every region searched in lock-step (*evaluate*
@@ -45,6 +48,7 @@ from regionfed.algorithms.base import (
     TRAIN,
     ClientContext,
     ClientResult,
+    Ensemble,
     Strategy,
     TrainInstruction,
 )
@@ -56,7 +60,7 @@ from regionfed.errors import ConfigError
 from regionfed.privacy.mechanism import DPConfig
 
 BASE_VARIANTS = ("grad", "interp", "meta")
-VARIANTS = (*BASE_VARIANTS, "dynamic")
+VARIANTS = (*BASE_VARIANTS, "dynamic", "ensemble")
 Exchange = Generator[list[TrainInstruction], list[ClientResult], Any]
 
 
@@ -72,13 +76,17 @@ class RegionFed(Strategy):
         self.variant = variant
         self.name = f"regionfed-{variant}"
         self.config = config or RegionFedConfig()
-        # dynamic may route a region to meta/interp in any round: count the worst case
-        self.releases_per_round = 1 if variant == "grad" else 2
+        # dynamic may route a region to meta/interp in any round: count the worst case;
+        # the ensemble releases a meta gradient and an interp update every round
+        self.releases_per_round = {"grad": 1, "ensemble": 3}.get(variant, 2)
         self.calibration = ConflictCalibration(self.config.tau, self.config.mu_perturbation)
         self.smoothed_conflict: dict[str, float] = {}
         self.alpha: dict[str, float] = {}
         self.adaptation: dict[str, torch.Tensor] = {}  # θ_r (already multiplied by ρ_r)
         self.last_regional: dict[str, torch.Tensor] = {}  # g̃_r of the latest round
+        #: ``ensemble``: region → strategy → θ_r, and the vote weights w_s (Eq. 17)
+        self.members: dict[str, dict[str, torch.Tensor]] = {}
+        self.member_weights: dict[str, dict[str, float]] = {}
         self.heterogeneity: dict[str, float] | None = None
         self.fallback = ValidationFallback(self.config.fallback_drop,
                                            self.config.fallback_patience)
@@ -117,6 +125,14 @@ class RegionFed(Strategy):
         conflict = self._smooth(raw_conflict)
         alpha = self._alphas(conflict)
         extra: dict[str, Any] = {}
+        if self.variant == "ensemble":
+            log = yield from self._ensemble_round(regional, global_update, theta_next, alpha)
+            self.last_regional = regional
+            return {"clients": len(results), "update_norm": float(global_update.norm()),
+                    "conflict": raw_conflict,
+                    **({"conflict_ema": conflict} if self.config.conflict_ema is not None
+                       else {}),
+                    "alpha": alpha, **log}
         if self.variant == "dynamic":
             chosen = yield from self._route(conflict, list(regional), extra)
         else:
@@ -179,13 +195,51 @@ class RegionFed(Strategy):
         log["heterogeneity"] = dict(self.heterogeneity)
         return chosen
 
-    def _regional_accuracy(self) -> Exchange:
-        """Regional validation score of the new regional models (for the fallback)."""
-        results = yield [TrainInstruction(c, r, self.regional_params(r), {"score": True},
-                                          EVALUATE)
-                         for r in self.adaptation for c in self.view.clients_in(r)]
+    def _ensemble_round(self, regional: dict[str, torch.Tensor], global_update: torch.Tensor,
+                        theta_next: torch.Tensor, alpha: dict[str, float]) -> Exchange:
+        """All three adaptations per region, each with its own ρ search, then the Eq. 17
+        vote weights w_s ∝ regional validation accuracy of θ^{t+1} + α_r θ_r^s."""
+        members: dict[str, dict[str, torch.Tensor]] = {r: {} for r in regional}
+        log: dict[str, Any] = {"rho": {}, "member_val_accuracy": {}}
+        for s in BASE_VARIANTS:
+            chosen = dict.fromkeys(regional, s)
+            directions = yield from self._directions(regional, global_update, theta_next,
+                                                     chosen)
+            zeros = {r: torch.zeros_like(v) for r, v in directions.items()}
+            rho, _ = yield from self._choose_rho(theta_next, alpha, directions, chosen, zeros)
+            for r, v in directions.items():
+                members[r][s] = rho[r] * v
+            log["rho"][s] = rho
+        self.params = theta_next
+        self.alpha = alpha
+        accuracy: dict[str, dict[str, float]] = {r: {} for r in members}
+        for s in BASE_VARIANTS:
+            params = {r: theta_next + alpha[r] * m[s] for r, m in members.items() if s in m}
+            for r, acc in (yield from self._regional_accuracy(params)).items():
+                accuracy[r][s] = acc
+        self.members = members
+        self.member_weights = {}
+        for r, accs in accuracy.items():
+            total = sum(accs.values())
+            self.member_weights[r] = ({s: a / total for s, a in accs.items()} if total > 0
+                                      else {s: 1 / len(accs) for s in accs})
+        # the single best member stands for the region where one model is needed
+        # (the user-level stage, the conflict signal of the next round)
+        self.adaptation = {r: members[r][max(w, key=w.get)]
+                           for r, w in self.member_weights.items()}
+        log["member_val_accuracy"] = accuracy
+        log["ensemble_weights"] = self.member_weights
+        return log
+
+    def _regional_accuracy(self, params: dict[str, torch.Tensor] | None = None) -> Exchange:
+        """Regional validation score of each region's model (default: the new regional
+        models; the fallback and the ensemble weights read it)."""
+        if params is None:
+            params = {r: self.regional_params(r) for r in self.adaptation}
+        results = yield [TrainInstruction(c, r, p, {"score": True}, EVALUATE)
+                         for r, p in params.items() for c in self.view.clients_in(r)]
         accuracy = {}
-        for r in self.adaptation:
+        for r in params:
             mine = [res for res in results if res.region == r]
             total = sum(res.num_examples for res in mine)
             accuracy[r] = sum(res.metrics["score_sum"] for res in mine) / max(total, 1)
@@ -266,8 +320,14 @@ class RegionFed(Strategy):
             return self.params
         return self.params + self.alpha[region] * self.adaptation[region]
 
-    def eval_params(self, client_id: str, region: str, client: ClientContext) -> torch.Tensor:
-        return self.regional_params(region)
+    def eval_params(self, client_id: str, region: str, client: ClientContext
+                    ) -> torch.Tensor | Ensemble:
+        weights = self.member_weights.get(region)
+        if weights is None:
+            return self.regional_params(region)
+        members = self.members[region]
+        return Ensemble(tuple(self.params + self.alpha[region] * members[s] for s in weights),
+                        tuple(weights.values()))
 
 
 class RegionFedAvg(RegionFed):
