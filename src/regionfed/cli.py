@@ -11,12 +11,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from regionfed import __version__
 from regionfed.algorithms.registry import METHODS
-from regionfed.config import RunConfig, build_config, load_config, set_dotted
-from regionfed.errors import ConfigError, RegionFedError
+from regionfed.config import (
+    RunConfig,
+    apply_set_overrides,
+    build_config,
+    load_config,
+    set_dotted,
+)
+from regionfed.errors import RegionFedError
 
 EXIT_BAD_INPUT = 2
 
@@ -160,11 +164,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         set_dotted(data, "model.name", args.model)
     if args.dp_sigma is not None and args.dp_mode is None and "mode" not in data.get("dp", {}):
         set_dotted(data, "dp.mode", "user")  # asking for noise means user-level DP
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        set_dotted(data, key.strip(), yaml.safe_load(raw))
+    apply_set_overrides(data, args.set)
     return build_config(data)
 
 

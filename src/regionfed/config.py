@@ -96,3 +96,16 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
             raise ConfigError(f"config key {key!r} must be a mapping")
         node = child
     node[leaf] = value
+
+
+def apply_set_overrides(data: dict[str, Any], items: list[str]) -> None:
+    """Apply ``KEY=VALUE`` strings (``--set``) to ``data``; values are parsed as YAML."""
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {key.strip()}: {raw!r} is not a valid value") from None
+        set_dotted(data, key.strip(), value)
