@@ -18,11 +18,11 @@ run: $(STAMP)
 	$(BIN)/regionfed run --config configs/default.yaml
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks experiments
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests benchmarks experiments
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

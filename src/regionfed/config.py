@@ -35,6 +35,12 @@ class TrainingConfig(BaseModel):
     eval_every: int = Field(5, ge=1)
     #: stop before the privacy budget is exceeded (rounds are cut to fit, SPEC §4)
     target_epsilon: float | None = Field(None, gt=0)
+    #: train a round's clients as one batched (vmap) computation where the task and the
+    #: strategy allow it (``auto``), or one by one (``off``); results agree to float tolerance
+    client_batching: Literal["auto", "off"] = "auto"
+    #: clients per batched computation (bounds memory: each holds its own parameters and
+    #: optimizer state)
+    max_batched_clients: int = Field(64, ge=1)
 
 
 class RunConfig(BaseModel):

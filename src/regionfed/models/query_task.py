@@ -65,6 +65,10 @@ class QueryTask(Task):
 
     metric_names = QUERY_METRICS
     num_classes = len(INTENTS)
+    # stacking pads rows with weight 0 (neutral), token columns with IGNORE targets (not
+    # counted as tokens, masked out of attention and pooling) and forms with all-zero
+    # n-grams (the zero vector, referenced by no real token)
+    batch_fill_values = {"ner": IGNORE, "spell_gold": IGNORE}
 
     def labels(self, dataset: QueryDataset) -> np.ndarray:
         """Intent labels: the histogram the ``dynamic`` router privatizes."""

@@ -26,6 +26,12 @@ class Task(ABC):
     #: metric keys :meth:`score` returns; ``overall`` is always among them.
     metric_names: tuple[str, ...] = ("overall",)
 
+    #: the value each batch key is padded with when the batches of different clients are
+    #: stacked for batched training (:mod:`regionfed.runtime.batched_training`); padded
+    #: entries must leave :meth:`loss` unchanged. ``None``: this task's batches can't be
+    #: stacked (callers fall back to the sequential loop). Keys not listed pad with 0/False.
+    batch_fill_values: dict[str, float | int | bool] | None = None
+
     @abstractmethod
     def build_model(self, seed: int) -> nn.Module:
         """A freshly initialised model (deterministic in ``seed``)."""

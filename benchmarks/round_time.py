@@ -1,0 +1,203 @@
+"""Round-time benchmark: batched vs sequential clients, RegionFed's overhead, compute floor,
+and scale to 8,000 clients — all measured in ONE run on the same workload (this machine is
+shared and noisy: compare ratios, not absolute times).
+
+    .venv/bin/python benchmarks/round_time.py                 # full (a few minutes)
+    .venv/bin/python benchmarks/round_time.py --quick         # about a minute
+    .venv/bin/python benchmarks/round_time.py --json out.json # also write the numbers
+
+Workload (default): esci-synth, 8 regions × 10 clients, the ``tiny`` model, E = 1, batch 32,
+AdamW, no DP, golden-section search on. A round's time is the median over ``--repeats``
+timed rounds (the first round, which also calibrates μ and collects the dynamic router's
+histograms, and the last, which evaluates, are not timed).
+
+Prints a table and (``--json``) the keys ``speedup_batched``, ``ratio_grad_fedavg``,
+``ratio_meta_fedavg``, ``ratio_interp_fedavg``, ``ratio_dynamic_fedavg``,
+``floor_efficiency``, ``clients_per_second_8000``, ``peak_rss_gb_8000`` plus the raw
+seconds and a per-round time breakdown by exchange kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from regionfed.config import RunConfig, TrainingConfig
+from regionfed.data.esci_synth import generate_esci_synth
+from regionfed.experiment import build_strategy
+from regionfed.models.registry import build_task
+from regionfed.models.tiny import TinyConfig
+from regionfed.runtime.local_training import train_local
+from regionfed.runtime.params import get_flat
+from regionfed.runtime.simulator import Simulator
+
+REGIONFED_METHODS = ("regionfed-grad", "regionfed-meta", "regionfed-interp",
+                     "regionfed-dynamic")
+
+
+def ratio_key(method: str) -> str:
+    """``regionfed-grad`` → ``ratio_grad_fedavg``."""
+    return f"ratio_{method.removeprefix('regionfed-')}_fedavg"
+
+
+def workload(regions: int, clients_per_region: int, num_queries: int):
+    federation = generate_esci_synth(num_queries=num_queries, num_regions=regions,
+                                     clients_per_region=clients_per_region, seed=0)
+    return federation, build_task(TinyConfig(), federation)
+
+
+def training_config(rounds: int, batching: str, max_batched: int) -> TrainingConfig:
+    return TrainingConfig(rounds=rounds, local_epochs=1, batch_size=32, eval_every=10**9,
+                          client_batching=batching, max_batched_clients=max_batched)
+
+
+def round_times(method: str, federation, task, training: TrainingConfig
+                ) -> tuple[list[float], dict[str, float]]:
+    """Seconds of every timed round (rounds 2 … T−1) and the mean per-round breakdown."""
+    strategy = build_strategy(method, RunConfig(methods=[method]))
+    sim = Simulator(federation, task, training, seed=0)
+    stamps: list[float] = []
+    breakdowns: list[dict[str, float]] = []
+
+    def on_round(log: dict[str, Any]) -> None:
+        stamps.append(time.perf_counter())
+        breakdowns.append(dict(sim.last_round_seconds))
+
+    start = time.perf_counter()
+    sim.run(strategy, on_round=on_round)
+    ends = [start, *stamps]
+    seconds = [ends[i + 1] - ends[i] for i in range(len(stamps))]
+    timed = slice(1, len(seconds) - 1)
+    keys = sorted({k for b in breakdowns[timed] for k in b})
+    mean_breakdown = {k: float(np.mean([b.get(k, 0.0) for b in breakdowns[timed]]))
+                      for k in keys}
+    return seconds[timed], mean_breakdown
+
+
+def floor_seconds(federation, task, batch_size: int, repeats: int) -> float:
+    """A plain single-model loop over the round's training examples (the same number of
+    sample-gradients), with ``batch_size`` examples per step: the compute floor."""
+    model = task.build_model(0)
+    start = get_flat(model)
+    pooled = task.concat_prepared([task.prepare(c.train, training=True)
+                                   for c in federation.clients])
+    times = []
+    for k in range(repeats + 1):
+        t = time.perf_counter()
+        train_local(task, model, start, pooled, epochs=1, batch_size=batch_size,
+                    optimizer=TrainingConfig().optimizer,
+                    generator=torch.Generator().manual_seed(k))
+        times.append(time.perf_counter() - t)
+    return float(np.median(times[1:]))
+
+
+def scale_probe(clients_per_region: int, queries_per_client: int, max_batched: int
+                ) -> dict[str, float]:
+    """One batched fedavg round over 8 × ``clients_per_region`` clients (run in a fresh
+    process so the peak RSS is this workload's alone)."""
+    federation, task = workload(8, clients_per_region, 8 * clients_per_region
+                                * queries_per_client)
+    training = training_config(3, "auto", max_batched)
+    seconds, _ = round_times("fedavg", federation, task, training)
+    clients = len(federation.clients)
+    return {"clients": clients, "round_seconds": float(np.median(seconds)),
+            "clients_per_second": clients / float(np.median(seconds)),
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer repeats (about a minute)")
+    p.add_argument("--repeats", type=int, default=None, help="timed rounds per method")
+    p.add_argument("--max-batched", type=int, default=80,
+                   help="clients per batched computation")
+    p.add_argument("--scale-clients", type=int, default=1000,
+                   help="clients per region of the scale probe (8 regions)")
+    p.add_argument("--json", metavar="FILE", help="write the numbers as JSON")
+    p.add_argument("--_scale-probe", dest="scale_probe", action="store_true",
+                   help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.scale_probe:
+        print(json.dumps(scale_probe(args.scale_clients, 10, args.max_batched)))
+        return 0
+    repeats = args.repeats or (2 if args.quick else 5)
+    rounds = repeats + 2
+    torch.manual_seed(0)
+    federation, task = workload(8, 10, 20000)
+    out: dict[str, Any] = {"workload": "esci-synth 8x10, tiny, E=1, batch 32, adamw",
+                           "repeats": repeats}
+    seconds: dict[str, float] = {}
+    breakdown: dict[str, dict[str, float]] = {}
+    runs = [("fedavg-sequential", "fedavg", "off"), ("fedavg", "fedavg", "auto"),
+            *((m, m, "auto") for m in REGIONFED_METHODS)]
+    for label, method, batching in runs:
+        times, parts = round_times(method, federation, task,
+                                   training_config(rounds, batching, args.max_batched))
+        seconds[label] = float(np.median(times))
+        breakdown[label] = parts
+        print(f"  {label:20s} {seconds[label]:.3f} s/round", file=sys.stderr)
+    chunk = min(args.max_batched, len(federation.clients))
+    floor = floor_seconds(federation, task, 32 * chunk, repeats)
+    floor_small = floor_seconds(federation, task, 32, repeats)
+    fedavg = seconds["fedavg"]
+    out.update({
+        "seconds_per_round": seconds,
+        "breakdown_seconds": breakdown,
+        "floor_seconds": floor,
+        "floor_seconds_batch32": floor_small,
+        "speedup_batched": seconds["fedavg-sequential"] / fedavg,
+        **{ratio_key(m): seconds[m] / fedavg for m in REGIONFED_METHODS},
+        "floor_efficiency": floor / fedavg,
+        "sequential_floor_efficiency": floor / seconds["fedavg-sequential"],
+    })
+    probe = subprocess.run(
+        [sys.executable, __file__, "--_scale-probe", "--scale-clients",
+         str(args.scale_clients), "--max-batched", str(args.max_batched)],
+        capture_output=True, text=True, check=True)
+    scale = json.loads(probe.stdout.strip().splitlines()[-1])
+    out["scale"] = scale
+    out["clients_per_second_8000"] = scale["clients_per_second"]
+    out["peak_rss_gb_8000"] = scale["peak_rss_gb"]
+    print(format_table(out))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+def format_table(out: dict[str, Any]) -> str:
+    s = out["seconds_per_round"]
+    rows = [
+        ("fedavg, sequential clients", f"{s['fedavg-sequential']:.3f} s/round"),
+        ("fedavg, batched clients", f"{s['fedavg']:.3f} s/round"),
+        ("speed-up batched / sequential", f"{out['speedup_batched']:.2f}×"),
+        *((f"{m} / fedavg", f"{out[ratio_key(m)]:.2f}×") for m in REGIONFED_METHODS),
+        ("compute floor (one model, same sample-gradients)", f"{out['floor_seconds']:.3f} s"),
+        ("floor efficiency (floor / batched round)", f"{100 * out['floor_efficiency']:.0f} %"),
+        ("floor efficiency of the sequential loop",
+         f"{100 * out['sequential_floor_efficiency']:.0f} %"),
+        (f"scale: {out['scale']['clients']} clients, one batched fedavg round",
+         f"{out['scale']['round_seconds']:.2f} s"),
+        ("scale: clients per second", f"{out['clients_per_second_8000']:.0f}"),
+        ("scale: peak RSS", f"{out['peak_rss_gb_8000']:.2f} GB"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'measure':{width}s} | value", f"{'-' * width}-|------"]
+    lines += [f"{name:{width}s} | {value}" for name, value in rows]
+    lines.append("")
+    lines.append("per-round breakdown (s, by exchange kind; 'server' = strategy work):")
+    for label, parts in out["breakdown_seconds"].items():
+        lines.append(f"  {label:20s} " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
