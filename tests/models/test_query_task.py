@@ -111,3 +111,14 @@ def test_ensemble_vote_is_the_weighted_mean_of_probabilities():
     assert np.array_equal(vote.intent, mixed.argmax(-1).numpy())
     with pytest.raises(ValueError, match="one weight per model"):
         task.predict_ensemble([a, b], [1.0], data)
+
+
+def test_split_predictions_inverts_concat():
+    task, data = small_task(), toy_dataset(30)
+    whole = task.predict(task.build_model(0), data)
+    parts = task.split_predictions(whole, [10, 0, 20])
+    assert [len(p) for p in parts] == [10, 0, 20]
+    again = task.concat_predictions(parts)
+    assert np.array_equal(again.intent, whole.intent) and again.ner == whole.ner
+    with pytest.raises(ValueError, match="sizes sum"):
+        task.split_predictions(whole, [5])

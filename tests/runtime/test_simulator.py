@@ -74,14 +74,17 @@ def test_client_sampling_rate_is_honoured(tiny_federation, tiny_task):
     assert 0 < sum(strategy.seen) < 36  # Poisson(0.5) over 6 clients × 6 rounds
 
 
-def test_shared_validation_shortcut_matches_per_client_replies(tiny_federation, tiny_task):
+@pytest.mark.parametrize("score", [False, True])
+def test_shared_validation_shortcut_matches_per_client_replies(tiny_federation, tiny_task,
+                                                               score):
     from regionfed.algorithms.base import EVALUATE, TrainInstruction
     from regionfed.algorithms.regionfed import RegionFed
 
     sim = Simulator(tiny_federation, tiny_task, FAST, seed=0)
     strategy = RegionFed("grad")
     params = get_flat(sim.model) + 0.01
-    instructions = [TrainInstruction(c.client_id, c.region, params, kind=EVALUATE)
+    config = {"score": True} if score else {}
+    instructions = [TrainInstruction(c.client_id, c.region, params, dict(config), EVALUATE)
                     for c in tiny_federation.clients]
     fast = sim._shared_validation_losses(instructions)
     assert set(fast) == set(range(len(instructions)))
@@ -89,6 +92,8 @@ def test_shared_validation_shortcut_matches_per_client_replies(tiny_federation, 
         slow = strategy.handle(ins, sim.clients[ins.client_id])
         assert fast[i].num_examples == slow.num_examples > 0
         assert fast[i].metrics["loss_sum"] == pytest.approx(slow.metrics["loss_sum"], rel=1e-4)
+        if score:
+            assert fast[i].metrics["score_sum"] == pytest.approx(slow.metrics["score_sum"])
 
 
 def test_one_member_ensemble_evaluates_like_its_member(tiny_federation, tiny_task):

@@ -275,6 +275,15 @@ class QueryTask(Task):
             np.concatenate([p.intent for p in parts]) if parts else np.zeros(0, np.int64),
             [s for p in parts for s in p.ner], [s for p in parts for s in p.spell])
 
+    def split_predictions(self, predictions: QueryPredictions, sizes: list[int]
+                          ) -> list[QueryPredictions]:
+        if sum(sizes) != len(predictions):
+            raise ValueError(f"sizes sum to {sum(sizes)}, predictions hold {len(predictions)}")
+        bounds = np.cumsum([0, *sizes])
+        return [QueryPredictions(predictions.intent[a:b], predictions.ner[a:b],
+                                 predictions.spell[a:b])
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
     def reference_predictions(self, train: QueryDataset, dataset: QueryDataset
                               ) -> QueryPredictions:
         """``majority``: the most frequent training intent, the input echoed, all ``O``."""

@@ -86,6 +86,11 @@ class Task(ABC):
     @abstractmethod
     def concat_predictions(self, parts: list[Any]) -> Any: ...
 
+    def split_predictions(self, predictions: Any, sizes: list[int]) -> list[Any] | None:
+        """The inverse of :meth:`concat_predictions` (consecutive parts of ``sizes``
+        examples), or ``None`` if the task can't split (runtimes then predict per part)."""
+        return None
+
     @abstractmethod
     def reference_predictions(self, train: Any, dataset: Any) -> Any:
         """The trivial ``majority`` reference, fitted on ``train`` only."""

@@ -38,7 +38,7 @@ from regionfed.algorithms.base import (
     check_finite,
 )
 from regionfed.config import TrainingConfig
-from regionfed.data.federation import ClientData, Federation
+from regionfed.data.federation import ClientData, Federation, concat_splits
 from regionfed.models.tasks import Task
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.batched_training import mean_gradients_batched, train_local_batched
@@ -195,33 +195,43 @@ class Simulator:
         return "batched"
 
     def _drive_round(self, strategy: Strategy, rnd: int
-                     ) -> tuple[dict[str, Any], list[ClientResult]]:
+                     ) -> tuple[dict[str, Any], list[float]]:
         """Forward every exchange of the strategy's round to its clients; return its log and
-        the results of the first (training) exchange."""
+        the training losses the first (training) exchange reported. Results are not kept
+        beyond their exchange (thousands of clients' updates must not pile up)."""
         round_start = time.perf_counter()
         seconds: dict[str, float] = {}
         batched_mode = self.batching_mode(strategy) == "batched"
         exchange = strategy.run_round(rnd)
-        first: list[ClientResult] | None = None
+        first: list[float] | None = None
         instructions = next(exchange)
         while True:
             start = time.perf_counter()
-            if batched_mode:
-                self._prepare_batched(instructions)
             shared = self._shared_validation_losses(instructions)
-            results = []
-            for i, instruction in enumerate(instructions):
-                result = shared.get(i) or strategy.handle(
-                    instruction, self.clients[instruction.client_id])
-                if result.update is not None:
-                    check_finite(result.update, f"client {result.client_id} in round {rnd}")
-                results.append(result)
-            kinds = "+".join(sorted({ins.kind for ins in instructions})) or "empty"
+            results: list[ClientResult | None] = [shared.get(i) for i in range(len(instructions))]
+            todo = [i for i, r in enumerate(results) if r is None]
+            # windows of at most max_batched_clients: only one window's batched results wait
+            # in memory (8,000 clients × a full parameter vector would not fit otherwise)
+            window = self.training.max_batched_clients if batched_mode else len(todo) or 1
+            for lo in range(0, len(todo), window):
+                part = todo[lo:lo + window]
+                if batched_mode:
+                    self._prepare_batched([instructions[i] for i in part])
+                for i in part:
+                    result = strategy.handle(instructions[i],
+                                             self.clients[instructions[i].client_id])
+                    if result.update is not None:
+                        check_finite(result.update,
+                                     f"client {result.client_id} in round {rnd}")
+                    results[i] = result
+            kinds = "+".join(sorted({ins.kind + ("-score" if ins.config.get("score") else "")
+                                     for ins in instructions})) or "empty"
             seconds[kinds] = seconds.get(kinds, 0.0) + time.perf_counter() - start
             if first is None:
-                first = results
+                first = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
             try:
                 instructions = exchange.send(results)
+                del results
             except StopIteration as done:
                 seconds["server"] = time.perf_counter() - round_start - sum(seconds.values())
                 self.last_round_seconds = seconds
@@ -255,29 +265,42 @@ class Simulator:
     def _shared_validation_losses(self, instructions: list[TrainInstruction]
                                   ) -> dict[int, ClientResult]:
         """In-process shortcut for ``evaluate`` instructions that share one parameter tensor
-        (RegionFed's ρ search sends the same candidate to all clients of a region): one
-        forward pass over those clients' validation data, split back per client. Each reply
-        equals what :meth:`Strategy.handle` would return for that client."""
-        groups: dict[int, list[int]] = {}
+        (RegionFed's ρ search and regional scoring send the same model to all clients of a
+        region): one forward pass over those clients' pooled validation data (and, with
+        ``score``, one prediction pass), split back per client. Each reply equals what
+        :meth:`Strategy.handle` would return for that client, up to float summation order."""
+        groups: dict[tuple[int, bool], list[int]] = {}
         for i, ins in enumerate(instructions):
-            if ins.kind == EVALUATE and not ins.config:
-                groups.setdefault(id(ins.params), []).append(i)
+            score = bool(ins.config.get("score"))
+            if ins.kind == EVALUATE and set(ins.config) <= {"score"}:
+                groups.setdefault((id(ins.params), score), []).append(i)
+        can_split = type(self.task).split_predictions is not Task.split_predictions
         out: dict[int, ClientResult] = {}
-        for members in groups.values():
-            if len(members) < 2:
+        for (_, score), members in groups.items():
+            if len(members) < 2 or (score and not can_split):
                 continue
             clients = [self.clients[instructions[i].client_id] for i in members]
             key = tuple(c.client_id for c in clients)
             if key not in self._pooled_val:
-                self._pooled_val[key] = self.task.concat_prepared(
-                    [c.prepared_val for c in clients])
-            losses = example_losses(self.task, self.model, instructions[members[0]].params,
-                                    self._pooled_val[key])
+                self._pooled_val[key] = (
+                    self.task.concat_prepared([c.prepared_val for c in clients]),
+                    concat_splits([c.data.val for c in clients]))
+            prepared, dataset = self._pooled_val[key]
+            params = instructions[members[0]].params
+            losses = example_losses(self.task, self.model, params, prepared)
+            sizes = [self.task.num_examples(c.prepared_val) for c in clients]
+            scores = [None] * len(clients)
+            if score:
+                predictions = self.task.split_predictions(
+                    self.task.predict(set_flat(self.model, params), dataset), sizes)
+                scores = [self.task.score(pred, c.data.val)["overall"] * n if n else 0.0
+                          for pred, c, n in zip(predictions, clients, sizes, strict=True)]
             offset = 0
-            for i, client in zip(members, clients, strict=True):
-                n = self.task.num_examples(client.prepared_val)
-                out[i] = ClientResult(client.client_id, client.region, None, n,
-                                      {"loss_sum": float(losses[offset:offset + n].sum())})
+            for i, client, n, s in zip(members, clients, sizes, scores, strict=True):
+                metrics = {"loss_sum": float(losses[offset:offset + n].sum())}
+                if score:
+                    metrics["score_sum"] = s
+                out[i] = ClientResult(client.client_id, client.region, None, n, metrics)
                 offset += n
         return out
 
@@ -292,14 +315,13 @@ class Simulator:
         mode = self.batching_mode(strategy)
         for rnd in range(1, rounds + 1):
             self.current_round = rnd
-            round_log, results = self._drive_round(strategy, rnd)
+            round_log, losses = self._drive_round(strategy, rnd)
             log: dict[str, Any] = {"round": rnd, **round_log, "client_batching": mode}
             if ledger is not None:
                 ledger.record_round(strategy.releases_per_round)
                 while strategy.ldp_reports:
                     ledger.record_ldp(*strategy.ldp_reports.pop(0))
                 log["epsilon"] = ledger.epsilon() if ledger.is_private else None
-            losses = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
             if losses:
                 log["train_loss"] = float(np.mean(losses))
             if rnd % self.training.eval_every == 0 or rnd == rounds:
