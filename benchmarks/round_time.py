@@ -40,6 +40,7 @@ from regionfed.runtime.local_training import train_local
 from regionfed.runtime.params import get_flat
 from regionfed.runtime.simulator import Simulator
 
+PAPER_LOCAL_EPOCHS = 40  # paper §4 training configuration
 REGIONFED_METHODS = ("regionfed-grad", "regionfed-meta", "regionfed-interp",
                      "regionfed-dynamic")
 
@@ -55,14 +56,16 @@ def workload(regions: int, clients_per_region: int, num_queries: int):
     return federation, build_task(TinyConfig(), federation)
 
 
-def training_config(rounds: int, batching: str, max_batched: int) -> TrainingConfig:
-    return TrainingConfig(rounds=rounds, local_epochs=1, batch_size=32, eval_every=10**9,
+def training_config(rounds: int, batching: str, max_batched: int, epochs: int = 1
+                    ) -> TrainingConfig:
+    return TrainingConfig(rounds=rounds, local_epochs=epochs, batch_size=32, eval_every=10**9,
                           client_batching=batching, max_batched_clients=max_batched)
 
 
-def round_times(method: str, federation, task, training: TrainingConfig
-                ) -> tuple[list[float], dict[str, float]]:
-    """Seconds of every timed round (rounds 2 … T−1) and the mean per-round breakdown."""
+def round_times(method: str, federation, task, training: TrainingConfig,
+                timed: slice | None = None) -> tuple[list[float], dict[str, float]]:
+    """Seconds of every timed round (default rounds 2 … T−1) and the mean per-round
+    breakdown."""
     strategy = build_strategy(method, RunConfig(methods=[method]))
     sim = Simulator(federation, task, training, seed=0)
     stamps: list[float] = []
@@ -76,7 +79,7 @@ def round_times(method: str, federation, task, training: TrainingConfig
     sim.run(strategy, on_round=on_round)
     ends = [start, *stamps]
     seconds = [ends[i + 1] - ends[i] for i in range(len(stamps))]
-    timed = slice(1, len(seconds) - 1)
+    timed = timed or slice(1, len(seconds) - 1)
     keys = sorted({k for b in breakdowns[timed] for k in b})
     mean_breakdown = {k: float(np.mean([b.get(k, 0.0) for b in breakdowns[timed]]))
                       for k in keys}
@@ -106,8 +109,8 @@ def scale_probe(clients_per_region: int, queries_per_client: int, max_batched: i
     process so the peak RSS is this workload's alone)."""
     federation, task = workload(8, clients_per_region, 8 * clients_per_region
                                 * queries_per_client)
-    training = training_config(3, "auto", max_batched)
-    seconds, _ = round_times("fedavg", federation, task, training)
+    training = training_config(2, "auto", max_batched)
+    seconds, _ = round_times("fedavg", federation, task, training, timed=slice(0, 1))
     clients = len(federation.clients)
     return {"clients": clients, "round_seconds": float(np.median(seconds)),
             "clients_per_second": clients / float(np.median(seconds)),
@@ -120,21 +123,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=None, help="timed rounds per method")
     p.add_argument("--max-batched", type=int, default=80,
                    help="clients per batched computation")
-    p.add_argument("--scale-clients", type=int, default=1000,
-                   help="clients per region of the scale probe (8 regions)")
+    p.add_argument("--scale-clients", type=int, default=None,
+                   help="clients per region of the scale probe (8 regions; default 1000, "
+                        "250 with --quick)")
     p.add_argument("--json", metavar="FILE", help="write the numbers as JSON")
+    p.add_argument("--paper-epochs-check", type=int, default=None, metavar="E",
+                   help="also time fedavg, regionfed-grad and -meta at E local epochs "
+                        "(default: 5, or off with --quick)")
     p.add_argument("--_scale-probe", dest="scale_probe", action="store_true",
                    help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.scale_probe:
-        print(json.dumps(scale_probe(args.scale_clients, 10, args.max_batched)))
+        print(json.dumps(scale_probe(args.scale_clients or 1000, 10, args.max_batched)))
         return 0
     repeats = args.repeats or (2 if args.quick else 5)
+    if args.scale_clients is None:
+        args.scale_clients = 250 if args.quick else 1000
+    if args.paper_epochs_check is None and not args.quick:
+        args.paper_epochs_check = 5
     rounds = repeats + 2
     torch.manual_seed(0)
     federation, task = workload(8, 10, 20000)
     out: dict[str, Any] = {"workload": "esci-synth 8x10, tiny, E=1, batch 32, adamw",
-                           "repeats": repeats}
+                           "repeats": repeats, "paper_epochs_check": args.paper_epochs_check}
     seconds: dict[str, float] = {}
     breakdown: dict[str, dict[str, float]] = {}
     runs = [("fedavg-sequential", "fedavg", "off"), ("fedavg", "fedavg", "auto"),
@@ -145,6 +156,19 @@ def main(argv: list[str] | None = None) -> int:
         seconds[label] = float(np.median(times))
         breakdown[label] = parts
         print(f"  {label:20s} {seconds[label]:.3f} s/round", file=sys.stderr)
+    # RegionFed's extra work per round (ρ search, scoring, meta gradient, interp fine-tune)
+    # does not grow with E; FedAvg's round does. Project the ratio to the paper's E = 40 from
+    # this run's own breakdown: 1 + extra / (E · FedAvg's training seconds at E = 1).
+    fedavg_train = breakdown["fedavg"].get("train", seconds["fedavg"])
+    projected = {}
+    for m in REGIONFED_METHODS:
+        extra = seconds[m] - fedavg_train
+        projected[ratio_key(m)] = 1 + extra / (PAPER_LOCAL_EPOCHS * fedavg_train)
+    if args.paper_epochs_check:
+        for m in ("fedavg", "regionfed-grad", "regionfed-meta"):
+            times, _ = round_times(m, federation, task, training_config(
+                rounds, "auto", args.max_batched, epochs=args.paper_epochs_check))
+            seconds[f"{m}@E{args.paper_epochs_check}"] = float(np.median(times))
     chunk = min(args.max_batched, len(federation.clients))
     floor = floor_seconds(federation, task, 32 * chunk, repeats)
     floor_small = floor_seconds(federation, task, 32, repeats)
@@ -156,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "floor_seconds_batch32": floor_small,
         "speedup_batched": seconds["fedavg-sequential"] / fedavg,
         **{ratio_key(m): seconds[m] / fedavg for m in REGIONFED_METHODS},
+        "projected_ratios_at_paper_E40": projected,
         "floor_efficiency": floor / fedavg,
         "sequential_floor_efficiency": floor / seconds["fedavg-sequential"],
     })
@@ -180,6 +205,12 @@ def format_table(out: dict[str, Any]) -> str:
         ("fedavg, batched clients", f"{s['fedavg']:.3f} s/round"),
         ("speed-up batched / sequential", f"{out['speedup_batched']:.2f}×"),
         *((f"{m} / fedavg", f"{out[ratio_key(m)]:.2f}×") for m in REGIONFED_METHODS),
+        *((f"{m} / fedavg projected to E = 40 (paper)",
+           f"{out['projected_ratios_at_paper_E40'][ratio_key(m)]:.3f}×")
+          for m in REGIONFED_METHODS),
+        *((f"{m} / fedavg measured at E = {e}", f"{s[f'{m}@E{e}'] / s[f'fedavg@E{e}']:.2f}×")
+          for e in [out.get("paper_epochs_check")] if e
+          for m in ("regionfed-grad", "regionfed-meta")),
         ("compute floor (one model, same sample-gradients)", f"{out['floor_seconds']:.3f} s"),
         ("floor efficiency (floor / batched round)", f"{100 * out['floor_efficiency']:.0f} %"),
         ("floor efficiency of the sequential loop",
