@@ -3,7 +3,7 @@ and scale to 8,000 clients — all measured in ONE run on the same workload (thi
 shared and noisy: compare ratios, not absolute times).
 
     .venv/bin/python benchmarks/round_time.py                 # full (a few minutes)
-    .venv/bin/python benchmarks/round_time.py --quick         # about a minute
+    .venv/bin/python benchmarks/round_time.py --quick         # about a minute (1,000-client probe)
     .venv/bin/python benchmarks/round_time.py --json out.json # also write the numbers
 
 Workload (default): esci-synth, 8 regions × 10 clients, the ``tiny`` model, E = 1, batch 32,
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="clients per batched computation")
     p.add_argument("--scale-clients", type=int, default=None,
                    help="clients per region of the scale probe (8 regions; default 1000, "
-                        "250 with --quick)")
+                        "125 with --quick)")
     p.add_argument("--json", metavar="FILE", help="write the numbers as JSON")
     p.add_argument("--paper-epochs-check", type=int, default=None, metavar="E",
                    help="also time fedavg, regionfed-grad and -meta at E local epochs "
@@ -136,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.scale_probe:
         print(json.dumps(scale_probe(args.scale_clients or 1000, 10, args.max_batched)))
         return 0
-    repeats = args.repeats or (2 if args.quick else 5)
+    repeats = args.repeats or (1 if args.quick else 5)
     if args.scale_clients is None:
-        args.scale_clients = 250 if args.quick else 1000
+        args.scale_clients = 125 if args.quick else 1000
     if args.paper_epochs_check is None and not args.quick:
         args.paper_epochs_check = 5
     rounds = repeats + 2
