@@ -2,8 +2,8 @@
 and scale to 8,000 clients — all measured in ONE run on the same workload (this machine is
 shared and noisy: compare ratios, not absolute times).
 
-    .venv/bin/python benchmarks/round_time.py                 # full (a few minutes)
-    .venv/bin/python benchmarks/round_time.py --quick         # about a minute (1,000-client probe)
+    .venv/bin/python benchmarks/round_time.py                 # full (~15 minutes)
+    .venv/bin/python benchmarks/round_time.py --quick         # under two minutes
     .venv/bin/python benchmarks/round_time.py --json out.json # also write the numbers
 
 Workload (default): esci-synth, 8 regions × 10 clients, the ``tiny`` model, E = 1, batch 32,
@@ -119,7 +119,8 @@ def scale_probe(clients_per_region: int, queries_per_client: int, max_batched: i
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer repeats (about a minute)")
+    p.add_argument("--quick", action="store_true",
+                   help="one repeat, no E=5 check, 1,000-client probe (under two minutes)")
     p.add_argument("--repeats", type=int, default=None, help="timed rounds per method")
     p.add_argument("--max-batched", type=int, default=80,
                    help="clients per batched computation")
