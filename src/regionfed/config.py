@@ -43,6 +43,15 @@ class TrainingConfig(BaseModel):
     max_batched_clients: int = Field(64, ge=1)
 
 
+class BaselinesConfig(BaseModel):
+    """Key hyper-parameters of the baselines (SPEC §5)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: FedProx proximal weight μ (Li et al., 2020, Eq. 2); 0 = FedAvg
+    fedprox_mu: float = Field(0.01, ge=0.0)
+
+
 class RunConfig(BaseModel):
     """One experiment: a dataset, a model, a training budget and the methods to compare."""
 
@@ -55,6 +64,7 @@ class RunConfig(BaseModel):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     dp: DPConfig = Field(default_factory=lambda: DPConfig(mode="off"))
     regionfed: RegionFedConfig = Field(default_factory=RegionFedConfig)
+    baselines: BaselinesConfig = Field(default_factory=BaselinesConfig)
     methods: list[str] = Field(
         default_factory=lambda: ["majority", "centralized", "centralized-rw", "local", "fedavg"])
     seeds: int = Field(1, ge=1)

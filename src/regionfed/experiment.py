@@ -126,6 +126,8 @@ def build_strategy(method: str, config: RunConfig) -> Strategy:
                               "server_lr": config.training.server_lr, "dp": config.dp}
     if spec.uses_regionfed_config:
         kwargs["config"] = config.regionfed
+    if spec.name == "fedprox":
+        kwargs["mu"] = config.baselines.fedprox_mu
     return spec.strategy(**kwargs)
 
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.fedavg import FedAvg
+from regionfed.algorithms.fedprox import FedProx
 from regionfed.algorithms.local import LocalOnly
 from regionfed.algorithms.regionfed import RegionFed, RegionFedAvg, RegionFedPersist
 from regionfed.algorithms.regionfed.strategy import VARIANTS as REGIONFED_VARIANTS
@@ -52,6 +53,9 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("local", "federated",
                    "each client trains alone; evaluated on its own test data", LocalOnly),
         MethodSpec("fedavg", "federated", "FedAvg (McMahan et al., 2017)", FedAvg),
+        MethodSpec("fedprox", "federated",
+                   "FedProx (Li et al., 2020): FedAvg with a proximal term μ/2‖w − w^t‖²",
+                   FedProx),
         MethodSpec("region-fedavg", "federated",
                    "hierarchical averaging, fixed α and ρ (isolates the hierarchy)",
                    RegionFedAvg),

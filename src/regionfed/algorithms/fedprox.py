@@ -1,0 +1,48 @@
+"""FedProx (Li et al., 2020, "Federated Optimization in Heterogeneous Networks", Alg. 2).
+
+Identical to FedAvg except for the client objective: client k approximately minimises
+
+    h_k(w; w^t) = F_k(w) + (μ/2)·‖w − w^t‖²          (paper Eq. 2)
+
+starting from the global model w^t; the server averages as in FedAvg. μ = 0 is FedAvg.
+The proximal term is added to the client's mini-batch loss at every local step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from regionfed.algorithms.base import ClientContext, ClientResult, TrainInstruction
+from regionfed.algorithms.fedavg import FedAvg
+from regionfed.errors import ConfigError
+
+
+def proximal_term(anchor: torch.Tensor, mu: float):
+    """``model ↦ (μ/2)·‖θ(model) − anchor‖²`` over all parameters (flat order)."""
+
+    def term(model: nn.Module) -> torch.Tensor:
+        flat = torch.cat([p.reshape(-1) for p in model.parameters()])
+        return 0.5 * mu * (flat - anchor).pow(2).sum()
+
+    return term
+
+
+class FedProx(FedAvg):
+    name = "fedprox"
+
+    def __init__(self, mu: float = 0.01, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not mu >= 0.0:
+            raise ConfigError(f"FedProx mu must be >= 0, got {mu}")
+        self.mu = float(mu)
+
+    def client_train(self, instruction: TrainInstruction, client: ClientContext
+                     ) -> ClientResult:
+        if self.mu == 0.0:  # exactly FedAvg's client step
+            return super().client_train(instruction, client)
+        anchor = instruction.params.detach()
+        new, loss = client.train(instruction.params, epochs=instruction.config.get("epochs"),
+                                 extra_loss=proximal_term(anchor, self.mu))
+        return ClientResult(client.client_id, client.region, instruction.params - new,
+                            client.num_examples, {"train_loss": loss})
