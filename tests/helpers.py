@@ -25,7 +25,7 @@ class QuadraticClient:
 
     val_target: torch.Tensor | None = None  # validation optimum (default: ``target``)
 
-    def train(self, start, *, epochs=None, extra_loss=None):
+    def train(self, start, *, epochs=None, extra_loss=None, stream="main"):
         theta = start.clone()
         for _ in range(self.steps * (epochs or 1)):
             theta = theta - self.lr * (theta - self.target)

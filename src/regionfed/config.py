@@ -50,6 +50,8 @@ class BaselinesConfig(BaseModel):
 
     #: FedProx proximal weight μ (Li et al., 2020, Eq. 2); 0 = FedAvg
     fedprox_mu: float = Field(0.01, ge=0.0)
+    #: Ditto's personal-objective weight λ (Li et al., 2021, Eq. 2); 0 = local training
+    ditto_lambda: float = Field(0.1, ge=0.0)
 
 
 class RunConfig(BaseModel):

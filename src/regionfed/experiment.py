@@ -128,6 +128,8 @@ def build_strategy(method: str, config: RunConfig) -> Strategy:
         kwargs["config"] = config.regionfed
     if spec.name == "fedprox":
         kwargs["mu"] = config.baselines.fedprox_mu
+    if spec.name == "ditto":
+        kwargs["lam"] = config.baselines.ditto_lambda
     return spec.strategy(**kwargs)
 
 

@@ -107,9 +107,11 @@ class ClientContext(Protocol):
     state: dict[str, Any]  # persistent across rounds, private to the client, never sent
 
     def train(self, start: torch.Tensor, *, epochs: int | None = None,
-              extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None
-              ) -> tuple[torch.Tensor, float]:
-        """Local training from ``start``; returns (new params, mean training loss)."""
+              extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None,
+              stream: str = "main") -> tuple[torch.Tensor, float]:
+        """Local training from ``start`` (loss + ``extra_loss(model)`` if given); returns
+        (new params, mean training loss). ``stream`` names the shuffling stream, so a second
+        model trained on the device draws its own batches."""
 
     def gradient(self, params: torch.Tensor) -> torch.Tensor:
         """Mean gradient of the training loss at ``params`` (one pass, no update)."""

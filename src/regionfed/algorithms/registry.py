@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from regionfed.algorithms.base import Strategy
+from regionfed.algorithms.ditto import Ditto
 from regionfed.algorithms.fedavg import FedAvg
 from regionfed.algorithms.fedprox import FedProx
 from regionfed.algorithms.local import LocalOnly
@@ -56,6 +57,9 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("fedprox", "federated",
                    "FedProx (Li et al., 2020): FedAvg with a proximal term μ/2‖w − w^t‖²",
                    FedProx),
+        MethodSpec("ditto", "federated",
+                   "Ditto (Li et al., 2021): FedAvg plus a personal model per client, "
+                   "regularised toward the global one by λ/2‖v − w^t‖²", Ditto),
         MethodSpec("region-fedavg", "federated",
                    "hierarchical averaging, fixed α and ρ (isolates the hierarchy)",
                    RegionFedAvg),

@@ -18,6 +18,7 @@ can't be stacked, run sequentially; every round's log says which (``client_batch
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,32 +74,37 @@ class SimulatedClient:
     prepared_val: Any
     runner: Simulator
     state: dict[str, Any] = field(default_factory=dict)
-    train_calls: int = 0
+    train_calls: dict[str, int] = field(default_factory=dict)  # per shuffling stream
     #: results the runner computed in a batch for this client's next train / gradient call,
     #: keyed by the identity of the start parameters (and the epochs)
     ready_train: tuple[int, int, tuple[torch.Tensor, float]] | None = None
     ready_gradient: tuple[int, torch.Tensor] | None = None
 
-    def next_generator(self) -> torch.Generator:
-        """The shuffling stream of this client's next local training (one per seed, client
-        and call, so results don't depend on the order clients are trained in)."""
-        generator = torch.Generator().manual_seed(
-            derived_seed(self.runner.seed, self.index, self.train_calls))
-        self.train_calls += 1
-        return generator
+    def next_generator(self, stream: str = "main") -> torch.Generator:
+        """The shuffling generator of this client's next local training on ``stream`` (one
+        per seed, client, stream and call, so results don't depend on the order clients are
+        trained in, and a second model trained on the device — Ditto's personal model —
+        doesn't shift the main model's batches)."""
+        calls = self.train_calls.get(stream, 0)
+        self.train_calls[stream] = calls + 1
+        parts = [self.runner.seed, self.index, calls]
+        if stream != "main":
+            parts.append(zlib.crc32(stream.encode()))
+        return torch.Generator().manual_seed(derived_seed(*parts))
 
     def train(self, start: torch.Tensor, *, epochs: int | None = None,
-              extra_loss: Callable[[nn.Module], torch.Tensor] | None = None
-              ) -> tuple[torch.Tensor, float]:
+              extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
+              stream: str = "main") -> tuple[torch.Tensor, float]:
         r = self.runner
         epochs = epochs or r.training.local_epochs
         ready, self.ready_train = self.ready_train, None
-        if ready is not None and extra_loss is None and ready[:2] == (id(start), epochs):
+        if ready is not None and extra_loss is None and stream == "main" \
+                and ready[:2] == (id(start), epochs):
             return ready[2]
         if ready is not None:  # the batch guessed wrong: keep the sequential stream intact
             raise RuntimeError(f"client {self.client_id}: a batched result was prepared for "
                                "a different train call")
-        generator = self.next_generator()
+        generator = self.next_generator(stream)
         return train_local(r.task, r.model, start, self.prepared_train,
                            epochs=epochs,
                            batch_size=r.training.batch_size, optimizer=r.training.optimizer,
