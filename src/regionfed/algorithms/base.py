@@ -86,7 +86,7 @@ class ClientResult:
 class Ensemble:
     """An evaluation model that is a weighted vote of several parameter vectors (paper D.6,
     Eq. 17: ŷ = argmax_c Σ_s w_s P_s(y = c | x)); what :meth:`Strategy.eval_params` returns
-    for an ensemble method. Weights are normalised to sum to 1."""
+    for an ensemble method. The weights need not sum to 1: the argmax is scale-free."""
 
     members: tuple[torch.Tensor, ...]
     weights: tuple[float, ...]

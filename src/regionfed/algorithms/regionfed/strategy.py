@@ -124,15 +124,19 @@ class RegionFed(Strategy):
         raw_conflict = conflicts(regional, global_update)
         conflict = self._smooth(raw_conflict)
         alpha = self._alphas(conflict)
-        extra: dict[str, Any] = {}
+        log: dict[str, Any] = {
+            "clients": len(results),
+            "update_norm": float(global_update.norm()),
+            "conflict": raw_conflict,
+            **({"conflict_ema": conflict} if self.config.conflict_ema is not None else {}),
+            "alpha": alpha,
+        }
+        self.last_regional = regional
         if self.variant == "ensemble":
-            log = yield from self._ensemble_round(regional, global_update, theta_next, alpha)
-            self.last_regional = regional
-            return {"clients": len(results), "update_norm": float(global_update.norm()),
-                    "conflict": raw_conflict,
-                    **({"conflict_ema": conflict} if self.config.conflict_ema is not None
-                       else {}),
-                    "alpha": alpha, **log}
+            log.update((yield from self._ensemble_round(regional, global_update, theta_next,
+                                                        alpha)))
+            return log
+        extra: dict[str, Any] = {}
         if self.variant == "dynamic":
             chosen = yield from self._route(conflict, list(regional), extra)
         else:
@@ -146,24 +150,13 @@ class RegionFed(Strategy):
         self.params = theta_next
         self.alpha = alpha
         self.adaptation = {r: previous[r] + rho[r] * v for r, v in directions.items()}
-        self.last_regional = regional
         uses_fallback = self.variant == "dynamic" and self.config.fallback
         if self.config.track_val_accuracy or uses_fallback:
             accuracy = yield from self._regional_accuracy()
             if uses_fallback:
                 self.fallback.record(accuracy)
             extra["val_accuracy"] = accuracy
-        return {
-            "clients": len(results),
-            "update_norm": float(global_update.norm()),
-            "conflict": raw_conflict,
-            **({"conflict_ema": conflict} if self.config.conflict_ema is not None else {}),
-            "alpha": alpha,
-            "rho": rho,
-            "strategy": chosen,
-            **search_log,
-            **extra,
-        }
+        return {**log, "rho": rho, "strategy": chosen, **search_log, **extra}
 
     def _route(self, conflict: dict[str, float], regions: list[str], log: dict[str, Any]
                ) -> Exchange:
