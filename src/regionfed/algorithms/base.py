@@ -212,7 +212,15 @@ class Strategy(ABC):
     def client_train(self, instruction: TrainInstruction, client: ClientContext
                      ) -> ClientResult:
         """Default client step: local training from the received model, send Δ_u."""
-        new, loss = client.train(instruction.params, epochs=instruction.config.get("epochs"))
+        return self.train_and_report(instruction, client)
+
+    @staticmethod
+    def train_and_report(instruction: TrainInstruction, client: ClientContext,
+                         **train_options: Any) -> ClientResult:
+        """Local training from the received model (``train_options`` go to
+        :meth:`ClientContext.train`, e.g. an ``extra_loss``); reply Δ_u = θ^t − θ_u."""
+        new, loss = client.train(instruction.params, epochs=instruction.config.get("epochs"),
+                                 **train_options)
         return ClientResult(client.client_id, client.region, instruction.params - new,
                             client.num_examples, {"train_loss": loss})
 

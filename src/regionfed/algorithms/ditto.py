@@ -39,13 +39,12 @@ class Ditto(FedAvg):
 
     def client_train(self, instruction: TrainInstruction, client: ClientContext
                      ) -> ClientResult:
-        epochs = instruction.config.get("epochs")
-        new, loss = client.train(instruction.params, epochs=epochs, stream=GLOBAL_STREAM)
+        result = self.train_and_report(instruction, client, stream=GLOBAL_STREAM)
         personal = client.state.get("personal", instruction.params)
         extra = proximal_term(instruction.params.detach(), self.lam) if self.lam > 0 else None
-        client.state["personal"], _ = client.train(personal, epochs=epochs, extra_loss=extra)
-        return ClientResult(client.client_id, client.region, instruction.params - new,
-                            client.num_examples, {"train_loss": loss})
+        client.state["personal"], _ = client.train(
+            personal, epochs=instruction.config.get("epochs"), extra_loss=extra)
+        return result
 
     def eval_params(self, client_id: str, region: str, client: ClientContext) -> torch.Tensor:
         return client.state.get("personal", self.params)

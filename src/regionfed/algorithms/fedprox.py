@@ -40,9 +40,6 @@ class FedProx(FedAvg):
     def client_train(self, instruction: TrainInstruction, client: ClientContext
                      ) -> ClientResult:
         if self.mu == 0.0:  # exactly FedAvg's client step
-            return super().client_train(instruction, client)
-        anchor = instruction.params.detach()
-        new, loss = client.train(instruction.params, epochs=instruction.config.get("epochs"),
-                                 extra_loss=proximal_term(anchor, self.mu))
-        return ClientResult(client.client_id, client.region, instruction.params - new,
-                            client.num_examples, {"train_loss": loss})
+            return self.train_and_report(instruction, client)
+        return self.train_and_report(
+            instruction, client, extra_loss=proximal_term(instruction.params.detach(), self.mu))
