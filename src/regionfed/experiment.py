@@ -122,15 +122,9 @@ def user_level_stage(simulator: Simulator, strategy: RegionFed, config: RegionFe
 def build_strategy(method: str, config: RunConfig) -> Strategy:
     """The configured strategy object of a federated method."""
     spec = get_method(method)
-    kwargs: dict[str, Any] = {"sample_rate": config.training.sample_rate,
-                              "server_lr": config.training.server_lr, "dp": config.dp}
-    if spec.uses_regionfed_config:
-        kwargs["config"] = config.regionfed
-    if spec.name == "fedprox":
-        kwargs["mu"] = config.baselines.fedprox_mu
-    if spec.name == "ditto":
-        kwargs["lam"] = config.baselines.ditto_lambda
-    return spec.strategy(**kwargs)
+    return spec.strategy(sample_rate=config.training.sample_rate,
+                         server_lr=config.training.server_lr, dp=config.dp,
+                         **spec.options(config))
 
 
 def rounds_for_budget(config: RunConfig, strategy: Strategy, ledger: PrivacyLedger) -> int:

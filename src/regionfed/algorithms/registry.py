@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.ditto import Ditto
@@ -35,10 +35,12 @@ class MethodSpec:
     summary: str
     strategy: StrategyFactory | None = None
     reweight_regions: bool = False
+    #: the strategy's own keyword arguments, read from the run configuration
+    options: Callable[[Any], dict[str, Any]] = lambda config: {}
 
-    @property
-    def uses_regionfed_config(self) -> bool:
-        return self.name.startswith("region")
+
+def _regionfed_options(config: Any) -> dict[str, Any]:
+    return {"config": config.regionfed}
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -56,19 +58,20 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("fedavg", "federated", "FedAvg (McMahan et al., 2017)", FedAvg),
         MethodSpec("fedprox", "federated",
                    "FedProx (Li et al., 2020): FedAvg with a proximal term μ/2‖w − w^t‖²",
-                   FedProx),
+                   FedProx, options=lambda config: {"mu": config.baselines.fedprox_mu}),
         MethodSpec("ditto", "federated",
                    "Ditto (Li et al., 2021): FedAvg plus a personal model per client, "
-                   "regularised toward the global one by λ/2‖v − w^t‖²", Ditto),
+                   "regularised toward the global one by λ/2‖v − w^t‖²", Ditto,
+                   options=lambda config: {"lam": config.baselines.ditto_lambda}),
         MethodSpec("region-fedavg", "federated",
                    "hierarchical averaging, fixed α and ρ (isolates the hierarchy)",
-                   RegionFedAvg),
+                   RegionFedAvg, options=_regionfed_options),
         *(MethodSpec(f"regionfed-{v}", "federated", VARIANT_SUMMARIES.get(
-            v, f"RegionFed, {v} adaptation (SPEC §3)"), functools.partial(RegionFed, v))
-          for v in REGIONFED_VARIANTS),
+            v, f"RegionFed, {v} adaptation (SPEC §3)"), functools.partial(RegionFed, v),
+            options=_regionfed_options) for v in REGIONFED_VARIANTS),
         MethodSpec("regionfed-persist", "federated",
                    "RegionFed-grad with an adaptation that accumulates across rounds "
-                   "(extra, SPEC §3)", RegionFedPersist),
+                   "(extra, SPEC §3)", RegionFedPersist, options=_regionfed_options),
     )
 }
 
