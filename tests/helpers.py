@@ -7,13 +7,24 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from regionfed.algorithms.base import FederationView
 
 
+class _Vector(nn.Module):
+    """θ as a module, so strategies' ``extra_loss(model)`` terms apply to quadratics too."""
+
+    def __init__(self, theta: torch.Tensor) -> None:
+        super().__init__()
+        self.theta = nn.Parameter(theta.clone())
+
+
 @dataclass
 class QuadraticClient:
-    """Local training = ``steps`` gradient steps on ½‖θ − target‖² with step ``lr``."""
+    """Local training = ``steps`` gradient steps (per epoch) on ½‖θ − target‖² (+ the
+    strategy's ``extra_loss``) with step ``lr``; honours ``trainable``, ``mixing`` and
+    ``max_steps`` like the simulator's clients."""
 
     client_id: str
     region: str
@@ -25,11 +36,30 @@ class QuadraticClient:
 
     val_target: torch.Tensor | None = None  # validation optimum (default: ``target``)
 
-    def train(self, start, *, epochs=None, extra_loss=None, stream="main"):
+    def train(self, start, *, epochs=None, extra_loss=None, stream="main", trainable=None,
+              mixing=None, max_steps=None):
+        scale, offset = mixing if mixing is not None else (1.0, torch.zeros_like(start))
         theta = start.clone()
-        for _ in range(self.steps * (epochs or 1)):
-            theta = theta - self.lr * (theta - self.target)
-        return theta, float(0.5 * (theta - self.target).pow(2).sum())
+        total = self.steps * (epochs or 1)
+        for _ in range(total if max_steps is None else min(total, max_steps)):
+            model = _Vector(scale * theta + offset)
+            loss = 0.5 * (model.theta - self.target).pow(2).sum()
+            if extra_loss is not None:
+                loss = loss + extra_loss(model)
+            loss.backward()
+            step = self.lr * scale * model.theta.grad
+            if trainable is not None:
+                step = torch.where(trainable, step, torch.zeros_like(step))
+            theta = theta - step
+        model_theta = scale * theta + offset
+        return theta, float(0.5 * (model_theta - self.target).pow(2).sum())
+
+    def steps_per_epoch(self):
+        return self.steps
+
+    @property
+    def learning_rate(self):
+        return self.lr
 
     def gradient(self, params):
         return params - self.target

@@ -17,6 +17,12 @@ class UnknownMethodError(ConfigError):
     """A method name that is not registered."""
 
 
+class MethodNotApplicableError(ConfigError):
+    """A method that cannot run on this model or setting (e.g. FedTP on a model without
+    attention projections, or a method with no user-level DP guarantee while DP is on);
+    comparison tables report it as n/a."""
+
+
 class DataError(RegionFedError):
     """A malformed or inconsistent dataset or data file."""
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from regionfed.errors import ConfigError, NumericalError
+from regionfed.errors import ConfigError, MethodNotApplicableError, NumericalError
 from regionfed.privacy.mechanism import DPConfig, regional_aggregate
 from regionfed.privacy.randomized_response import privatized_histogram
 
@@ -39,12 +39,46 @@ TRAIN, GRADIENT, EVALUATE, HISTOGRAM = "train", "gradient", "evaluate", "histogr
 
 
 @dataclass(frozen=True)
+class ParameterBlock:
+    """One named parameter tensor of the model, located in the flat vector."""
+
+    name: str
+    offset: int
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def span(self) -> slice:
+        return slice(self.offset, self.offset + self.size)
+
+
+@dataclass(frozen=True)
 class FederationView:
-    """What a server legitimately knows: regions, client membership and training-set sizes."""
+    """What a server legitimately knows: regions, client membership, training-set sizes, and
+    the parameter groups the model declares (``head``, ``attention``, …; see
+    :meth:`Task.parameter_groups`), so algorithms that treat a group specially (FedBABU,
+    FedRep, FedTP) never look at the architecture themselves."""
 
     regions: tuple[str, ...]
     client_region: dict[str, str]
     num_examples: dict[str, int]
+    parameter_groups: dict[str, tuple[ParameterBlock, ...]] = field(default_factory=dict)
+
+    def group_mask(self, group: str, dim: int) -> torch.Tensor:
+        """A bool mask over the flat vector (``dim`` entries) selecting ``group``; raises
+        :class:`MethodNotApplicableError` if the model declares no such group."""
+        blocks = self.parameter_groups.get(group)
+        if not blocks:
+            raise MethodNotApplicableError(
+                f"the model declares no {group!r} parameters (declared groups: "
+                f"{', '.join(sorted(self.parameter_groups)) or 'none'})")
+        mask = torch.zeros(dim, dtype=torch.bool)
+        for block in blocks:
+            mask[block.span] = True
+        return mask
 
     def clients_in(self, region: str) -> list[str]:
         return [c for c, r in self.client_region.items() if r == region]
@@ -108,10 +142,21 @@ class ClientContext(Protocol):
 
     def train(self, start: torch.Tensor, *, epochs: int | None = None,
               extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None,
-              stream: str = "main") -> tuple[torch.Tensor, float]:
+              stream: str = "main", trainable: torch.Tensor | None = None,
+              mixing: tuple[float, torch.Tensor] | None = None,
+              max_steps: int | None = None) -> tuple[torch.Tensor, float]:
         """Local training from ``start`` (loss + ``extra_loss(model)`` if given); returns
         (new params, mean training loss). ``stream`` names the shuffling stream, so a second
-        model trained on the device draws its own batches."""
+        model trained on the device draws its own batches. ``trainable`` (bool mask) freezes
+        the other entries bit for bit; ``mixing = (a, b)`` trains θ of a model that computes
+        with ``a·θ + b``; ``max_steps`` caps the optimizer steps."""
+
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps of one local epoch (⌈n / batch size⌉)."""
+
+    @property
+    def learning_rate(self) -> float:
+        """The local optimizer's learning rate η_l."""
 
     def gradient(self, params: torch.Tensor) -> torch.Tensor:
         """Mean gradient of the training loss at ``params`` (one pass, no update)."""

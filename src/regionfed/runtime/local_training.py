@@ -16,7 +16,7 @@ from torch import nn
 
 from regionfed.errors import NumericalError
 from regionfed.models.tasks import Task
-from regionfed.runtime.params import get_flat, set_flat
+from regionfed.runtime.params import set_flat
 
 
 class OptimizerConfig(BaseModel):
@@ -42,31 +42,80 @@ def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any
                 epochs: int, batch_size: int, optimizer: OptimizerConfig,
                 generator: torch.Generator,
                 extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
+                trainable: torch.Tensor | None = None,
+                mixing: tuple[float, torch.Tensor] | None = None,
+                max_steps: int | None = None,
                 ) -> tuple[torch.Tensor, float]:
     """Train from flat ``start`` for ``epochs`` epochs; return (new flat params, mean loss).
+
+    Options (all off by default; see :meth:`ClientContext.train`):
+
+    * ``trainable``: a bool mask over the flat vector; masked-out entries are frozen and come
+      back bit-identical (FedBABU's head, FedRep's alternating body/head updates);
+    * ``mixing = (a, b)``: the trained vector θ is not the model itself: the model computes
+      with ``a·θ + b`` and θ gets ∂loss/∂θ = a·∂loss/∂(aθ + b) (APFL's v trained through
+      the mixture α·v + (1 − α)·w, Deng et al. 2020, Alg. 1 line 7);
+    * ``max_steps``: stop after this many optimizer steps (pFedMe's K inner steps).
 
     Switches PyTorch to deterministic kernels (process-wide): the CPU embedding backward
     otherwise accumulates in thread order, and the same seed must give the same run.
     """
     torch.use_deterministic_algorithms(True)
     set_flat(model, start)
+    params = list(model.parameters())
+    sizes = [p.numel() for p in params]
+    # the optimizer's tensors: the model's own parameters, or (mixing) separate θ leaves
+    # that the model sees as a·θ + b
+    if mixing is None:
+        leaves = params
+    else:
+        scale, offset = mixing
+        leaves = [t.view_as(p).clone().requires_grad_(True)
+                  for t, p in zip(start.detach().split(sizes), params, strict=True)]
+        offsets = [t.view_as(p) for t, p in zip(offset.split(sizes), params, strict=True)]
+        set_flat(model, scale * start + offset)
+    # (leaf, frozen entries, their values) for every tensor with a frozen entry
+    frozen = []
+    if trainable is not None:
+        for leaf, keep, init in zip(leaves, trainable.to(torch.bool).split(sizes),
+                                    start.split(sizes), strict=True):
+            if not keep.all():
+                frozen.append((leaf, ~keep.view_as(leaf), init.view_as(leaf).clone()))
+    opt = make_optimizer(leaves, optimizer)
     model.train()
-    opt = make_optimizer(model.parameters(), optimizer)
     total, steps = 0.0, 0
     for _ in range(epochs):
         for batch in task.batches(prepared, batch_size, generator):
+            if max_steps is not None and steps >= max_steps:
+                break
             opt.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)
             loss = task.loss(model, batch)
             if extra_loss is not None:
                 loss = loss + extra_loss(model)
             if not torch.isfinite(loss):
                 raise NumericalError(f"local training produced a non-finite loss ({loss.item()})")
             loss.backward()
+            if mixing is not None:
+                for leaf, p in zip(leaves, params, strict=True):
+                    leaf.grad = None if p.grad is None else scale * p.grad
             opt.step()
+            with torch.no_grad():
+                for leaf, mask, init in frozen:
+                    leaf[mask] = init[mask]  # frozen entries stay exactly as they came
+                if mixing is not None:
+                    for leaf, p, off in zip(leaves, params, offsets, strict=True):
+                        p.copy_(scale * leaf + off)
             total += float(loss.detach())
             steps += 1
-    return get_flat(model), total / max(steps, 1)
+    model.zero_grad(set_to_none=True)
+    out = torch.cat([leaf.detach().reshape(-1) for leaf in leaves]).clone()
+    return out, total / max(steps, 1)
 
+
+def steps_per_epoch(task: Task, prepared: Any, batch_size: int) -> int:
+    """Optimizer steps in one local epoch (⌈n / B⌉)."""
+    return -(-task.num_examples(prepared) // batch_size)
 
 
 def mean_gradient(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,

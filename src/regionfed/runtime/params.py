@@ -5,6 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from regionfed.algorithms.base import ParameterBlock
+from regionfed.models.tasks import Task
+
 
 def get_flat(model: nn.Module) -> torch.Tensor:
     """A detached copy of all parameters as one float vector (``named_parameters`` order)."""
@@ -25,10 +28,26 @@ def set_flat(model: nn.Module, flat: torch.Tensor) -> nn.Module:
     return model
 
 
-def parameter_slices(model: nn.Module) -> dict[str, slice]:
-    """Name → slice of the flat vector (for declared parameter groups)."""
-    out, offset = {}, 0
+def parameter_blocks(model: nn.Module) -> dict[str, ParameterBlock]:
+    """Name → where that parameter lies in the flat vector (``named_parameters`` order)."""
+    blocks, offset = {}, 0
     for name, p in model.named_parameters():
-        out[name] = slice(offset, offset + p.numel())
+        blocks[name] = ParameterBlock(name, offset, tuple(p.shape))
         offset += p.numel()
-    return out
+    return blocks
+
+
+def parameter_slices(model: nn.Module) -> dict[str, slice]:
+    """Name → slice of the flat vector."""
+    return {name: block.span for name, block in parameter_blocks(model).items()}
+
+
+def declared_blocks(task: Task, model: nn.Module) -> dict[str, tuple[ParameterBlock, ...]]:
+    """The model's declared parameter groups (:meth:`Task.parameter_groups`) as located
+    blocks of the flat vector — what a strategy may know about the architecture."""
+    blocks = parameter_blocks(model)
+    groups = task.parameter_groups(model)
+    unknown = [n for names in groups.values() for n in names if n not in blocks]
+    if unknown:
+        raise ValueError(f"declared parameter groups name unknown parameters: {unknown[:3]}")
+    return {group: tuple(blocks[n] for n in names) for group, names in groups.items()}

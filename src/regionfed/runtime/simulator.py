@@ -48,9 +48,10 @@ from regionfed.runtime.local_training import (
     example_losses,
     loss_sum,
     mean_gradient,
+    steps_per_epoch,
     train_local,
 )
-from regionfed.runtime.params import get_flat, set_flat
+from regionfed.runtime.params import declared_blocks, get_flat, set_flat
 
 RoundCallback = Callable[[dict[str, Any]], None]
 
@@ -94,12 +95,15 @@ class SimulatedClient:
 
     def train(self, start: torch.Tensor, *, epochs: int | None = None,
               extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
-              stream: str = "main") -> tuple[torch.Tensor, float]:
+              stream: str = "main", trainable: torch.Tensor | None = None,
+              mixing: tuple[float, torch.Tensor] | None = None,
+              max_steps: int | None = None) -> tuple[torch.Tensor, float]:
         r = self.runner
         epochs = epochs or r.training.local_epochs
         ready, self.ready_train = self.ready_train, None
-        if ready is not None and extra_loss is None and stream == "main" \
-                and ready[:2] == (id(start), epochs):
+        plain = extra_loss is None and stream == "main" and trainable is None \
+            and mixing is None and max_steps is None
+        if ready is not None and plain and ready[:2] == (id(start), epochs):
             return ready[2]
         if ready is not None:  # the batch guessed wrong: keep the sequential stream intact
             raise RuntimeError(f"client {self.client_id}: a batched result was prepared for "
@@ -108,7 +112,16 @@ class SimulatedClient:
         return train_local(r.task, r.model, start, self.prepared_train,
                            epochs=epochs,
                            batch_size=r.training.batch_size, optimizer=r.training.optimizer,
-                           generator=generator, extra_loss=extra_loss)
+                           generator=generator, extra_loss=extra_loss,
+                           trainable=trainable, mixing=mixing, max_steps=max_steps)
+
+    def steps_per_epoch(self) -> int:
+        return steps_per_epoch(self.runner.task, self.prepared_train,
+                               self.runner.training.batch_size)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.runner.training.optimizer.lr
 
     def gradient(self, params: torch.Tensor) -> torch.Tensor:
         ready, self.ready_gradient = self.ready_gradient, None
@@ -160,6 +173,7 @@ class Simulator:
             regions=tuple(federation.regions),
             client_region={c.client_id: c.region for c in federation.clients},
             num_examples={c.client_id: len(c.train) for c in federation.clients},
+            parameter_groups=declared_blocks(task, self.model),
         )
         self.clients = {
             c.client_id: SimulatedClient(c.client_id, c.region, i, len(c.train), c,
