@@ -61,6 +61,8 @@ class QuadraticClient:
     def learning_rate(self):
         return self.lr
 
+    local_epochs = 1
+
     def gradient(self, params):
         return params - self.target
 

@@ -52,6 +52,14 @@ class BaselinesConfig(BaseModel):
     fedprox_mu: float = Field(0.01, ge=0.0)
     #: Ditto's personal-objective weight λ (Li et al., 2021, Eq. 2); 0 = local training
     ditto_lambda: float = Field(0.1, ge=0.0)
+    #: APFL's initial mixing weight α (Deng et al., 2020, Eq. 3); 0 + not adaptive = FedAvg
+    apfl_alpha: float = Field(0.25, ge=0.0, le=1.0)
+    #: APFL learns each client's α (Eq. 10)
+    apfl_adaptive: bool = True
+    #: FedBABU's fine-tuning epochs before evaluation (Oh et al., 2022, §4.2)
+    fedbabu_finetune_epochs: int = Field(1, ge=0)
+    #: FedRep's head epochs τ_h per round (Collins et al., 2021, Alg. 1)
+    fedrep_head_epochs: int = Field(1, ge=1)
 
 
 class RunConfig(BaseModel):

@@ -155,6 +155,10 @@ class ClientContext(Protocol):
         """Optimizer steps of one local epoch (⌈n / batch size⌉)."""
 
     @property
+    def local_epochs(self) -> int:
+        """E, the epochs ``train`` runs when not told otherwise."""
+
+    @property
     def learning_rate(self) -> float:
         """The local optimizer's learning rate η_l."""
 

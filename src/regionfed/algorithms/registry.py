@@ -12,10 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from regionfed.algorithms.apfl import APFL
 from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.ditto import Ditto
 from regionfed.algorithms.fedavg import FedAvg
+from regionfed.algorithms.fedbabu import FedBABU
 from regionfed.algorithms.fedprox import FedProx
+from regionfed.algorithms.fedrep import FedRep
 from regionfed.algorithms.local import LocalOnly
 from regionfed.algorithms.regionfed import RegionFed, RegionFedAvg, RegionFedPersist
 from regionfed.algorithms.regionfed.strategy import VARIANTS as REGIONFED_VARIANTS
@@ -63,6 +66,20 @@ METHODS: dict[str, MethodSpec] = {
                    "Ditto (Li et al., 2021): FedAvg plus a personal model per client, "
                    "regularised toward the global one by λ/2‖v − w^t‖²", Ditto,
                    options=lambda config: {"lam": config.baselines.ditto_lambda}),
+        MethodSpec("apfl", "federated",
+                   "APFL (Deng et al., 2020): each client mixes its own model with the global "
+                   "one, α·v + (1 − α)·w, with a learned α", APFL,
+                   options=lambda config: {"alpha": config.baselines.apfl_alpha,
+                                           "adaptive": config.baselines.apfl_adaptive}),
+        MethodSpec("fedbabu", "federated",
+                   "FedBABU (Oh et al., 2022): the head stays frozen during federated "
+                   "training, each client fine-tunes the whole model before evaluation",
+                   FedBABU, options=lambda config: {
+                       "finetune_epochs": config.baselines.fedbabu_finetune_epochs}),
+        MethodSpec("fedrep", "federated",
+                   "FedRep (Collins et al., 2021): a shared body, a personal head per client",
+                   FedRep, options=lambda config: {
+                       "head_epochs": config.baselines.fedrep_head_epochs}),
         MethodSpec("region-fedavg", "federated",
                    "hierarchical averaging, fixed α and ρ (isolates the hierarchy)",
                    RegionFedAvg, options=_regionfed_options),

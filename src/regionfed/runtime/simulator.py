@@ -123,6 +123,10 @@ class SimulatedClient:
     def learning_rate(self) -> float:
         return self.runner.training.optimizer.lr
 
+    @property
+    def local_epochs(self) -> int:
+        return self.runner.training.local_epochs
+
     def gradient(self, params: torch.Tensor) -> torch.Tensor:
         ready, self.ready_gradient = self.ready_gradient, None
         if ready is not None and ready[0] == id(params):
