@@ -19,6 +19,7 @@ from regionfed.errors import ConfigError, config_error_from_validation
 from regionfed.models.tiny import TinyConfig
 from regionfed.privacy.mechanism import DPConfig
 from regionfed.runtime.local_training import OptimizerConfig
+from regionfed.tuning import TuningConfig
 
 
 class TrainingConfig(BaseModel):
@@ -60,6 +61,11 @@ class BaselinesConfig(BaseModel):
     fedbabu_finetune_epochs: int = Field(1, ge=0)
     #: FedRep's head epochs τ_h per round (Collins et al., 2021, Alg. 1)
     fedrep_head_epochs: int = Field(1, ge=1)
+    #: FedTP: rank of the generated per-client Q/K/V deltas, hypernetwork sizes and step
+    fedtp_rank: int = Field(4, ge=1)
+    fedtp_embedding_dim: int = Field(16, ge=1)
+    fedtp_hidden_dim: int = Field(64, ge=1)
+    fedtp_hyper_lr: float = Field(1e-3, gt=0)
 
 
 class RunConfig(BaseModel):
@@ -75,6 +81,7 @@ class RunConfig(BaseModel):
     dp: DPConfig = Field(default_factory=lambda: DPConfig(mode="off"))
     regionfed: RegionFedConfig = Field(default_factory=RegionFedConfig)
     baselines: BaselinesConfig = Field(default_factory=BaselinesConfig)
+    tuning: TuningConfig = Field(default_factory=TuningConfig)
     methods: list[str] = Field(
         default_factory=lambda: ["majority", "centralized", "centralized-rw", "local", "fedavg"])
     seeds: int = Field(1, ge=1)

@@ -19,6 +19,7 @@ from regionfed.algorithms.fedavg import FedAvg
 from regionfed.algorithms.fedbabu import FedBABU
 from regionfed.algorithms.fedprox import FedProx
 from regionfed.algorithms.fedrep import FedRep
+from regionfed.algorithms.fedtp import FedTP
 from regionfed.algorithms.local import LocalOnly
 from regionfed.algorithms.regionfed import RegionFed, RegionFedAvg, RegionFedPersist
 from regionfed.algorithms.regionfed.strategy import VARIANTS as REGIONFED_VARIANTS
@@ -40,6 +41,9 @@ class MethodSpec:
     reweight_regions: bool = False
     #: the strategy's own keyword arguments, read from the run configuration
     options: Callable[[Any], dict[str, Any]] = lambda config: {}
+    #: the dotted config key of the method's own hyper-parameter that fair tuning searches
+    #: alongside the learning rate (:mod:`regionfed.tuning`)
+    key_hyperparameter: str | None = None
 
 
 def _regionfed_options(config: Any) -> dict[str, Any]:
@@ -61,25 +65,39 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("fedavg", "federated", "FedAvg (McMahan et al., 2017)", FedAvg),
         MethodSpec("fedprox", "federated",
                    "FedProx (Li et al., 2020): FedAvg with a proximal term μ/2‖w − w^t‖²",
-                   FedProx, options=lambda config: {"mu": config.baselines.fedprox_mu}),
+                   FedProx, options=lambda config: {"mu": config.baselines.fedprox_mu},
+                   key_hyperparameter="baselines.fedprox_mu"),
         MethodSpec("ditto", "federated",
                    "Ditto (Li et al., 2021): FedAvg plus a personal model per client, "
                    "regularised toward the global one by λ/2‖v − w^t‖²", Ditto,
-                   options=lambda config: {"lam": config.baselines.ditto_lambda}),
+                   options=lambda config: {"lam": config.baselines.ditto_lambda},
+                   key_hyperparameter="baselines.ditto_lambda"),
         MethodSpec("apfl", "federated",
                    "APFL (Deng et al., 2020): each client mixes its own model with the global "
                    "one, α·v + (1 − α)·w, with a learned α", APFL,
                    options=lambda config: {"alpha": config.baselines.apfl_alpha,
-                                           "adaptive": config.baselines.apfl_adaptive}),
+                                           "adaptive": config.baselines.apfl_adaptive},
+                   key_hyperparameter="baselines.apfl_alpha"),
         MethodSpec("fedbabu", "federated",
                    "FedBABU (Oh et al., 2022): the head stays frozen during federated "
                    "training, each client fine-tunes the whole model before evaluation",
                    FedBABU, options=lambda config: {
-                       "finetune_epochs": config.baselines.fedbabu_finetune_epochs}),
+                       "finetune_epochs": config.baselines.fedbabu_finetune_epochs},
+                   key_hyperparameter="baselines.fedbabu_finetune_epochs"),
         MethodSpec("fedrep", "federated",
                    "FedRep (Collins et al., 2021): a shared body, a personal head per client",
                    FedRep, options=lambda config: {
-                       "head_epochs": config.baselines.fedrep_head_epochs}),
+                       "head_epochs": config.baselines.fedrep_head_epochs},
+                   key_hyperparameter="baselines.fedrep_head_epochs"),
+        MethodSpec("fedtp", "federated",
+                   "FedTP (Li et al., 2023): a server hypernetwork generates per-client "
+                   "low-rank Q/K/V deltas on a FedAvg-learned base (n/a without attention "
+                   "or with DP)", FedTP, options=lambda config: {
+                       "rank": config.baselines.fedtp_rank,
+                       "embedding_dim": config.baselines.fedtp_embedding_dim,
+                       "hidden_dim": config.baselines.fedtp_hidden_dim,
+                       "hyper_lr": config.baselines.fedtp_hyper_lr},
+                   key_hyperparameter="baselines.fedtp_rank"),
         MethodSpec("region-fedavg", "federated",
                    "hierarchical averaging, fixed α and ρ (isolates the hierarchy)",
                    RegionFedAvg, options=_regionfed_options),
