@@ -122,10 +122,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(run, None)
     compare = sub.add_parser(
         "compare", help="compare methods (default: all) in the Table-1 layout",
-        description="Same as 'run' with --methods all unless --methods is given.",
+        description="Run every method (or --methods) like 'run', optionally with fair "
+        "tuning (--tune) and both with and without DP (--privacy both), and write the "
+        "Table-1 layout as markdown (results.md in the output folder, and --markdown FILE).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  regionfed compare --rounds 10 --seeds 3\n")
+        epilog="examples:\n  regionfed compare --rounds 10 --seeds 3\n"
+        "  regionfed compare --methods all --seeds 3 --tune --privacy both --dp-sigma 1 "
+        "--dp-clip 1 --markdown docs/results.md\n")
     _add_run_arguments(compare, "all")
+    compare.add_argument("--tune", action="store_true",
+                         help="fair tuning: each method picks its learning rate and key "
+                         "hyper-parameter on validation data (grids: tuning.* config keys)")
+    compare.add_argument("--privacy", choices=["configured", "both"], default="configured",
+                         help="'both': run once without DP and once with the configured DP "
+                         "(--dp-sigma …), one table each")
+    compare.add_argument("--markdown", metavar="FILE",
+                         help="also write the comparison markdown to FILE")
     privacy = sub.add_parser(
         "privacy", help="ε of the Poisson-subsampled Gaussian mechanism (dp-accounting)",
         description="ε after T rounds of the user-level regional Gaussian mechanism "
@@ -184,6 +196,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    import os
+    import platform
+    import shlex
+    import time
+
+    from regionfed.errors import ConfigError
+    from regionfed.experiment import run_experiment, unique_run_dir, with_overrides
+    from regionfed.io import write_atomic
+    from regionfed.report import comparison_markdown
+
+    if args.resume:
+        out = Path(args.resume)
+        config = build_config(load_config(out / "compare-config.yaml"))
+    else:
+        config = config_from_args(args)
+        if args.tune:
+            config = with_overrides(config, {"tuning.enabled": True})
+        out = unique_run_dir(Path(args.out) if args.out else Path("runs") / config.name)
+        out.mkdir(parents=True)
+        write_atomic(out / "compare-config.yaml", config.to_yaml())
+    settings = [("With DP" if config.dp.mode != "off" else "Without DP", config)]
+    if args.privacy == "both":
+        if config.dp.mode == "off" or config.dp.sigma <= 0:
+            raise ConfigError("--privacy both needs DP settings (e.g. --dp-sigma 1 --dp-clip 1)")
+        settings = [("Without DP", with_overrides(config, {"dp.mode": "off"})),
+                    ("With DP", config)]
+    start = time.perf_counter()
+    done = []
+    for title, setting in settings:
+        folder = out / ("no-dp" if setting.dp.mode == "off" else "dp")
+        if len(settings) > 1:
+            print(f"== {title} → {folder}", flush=True)
+        done.append((title, run_experiment(setting, folder, progress=not args.quiet,
+                                           resume=bool(args.resume))))
+    command = "regionfed " + shlex.join(args.argv)
+    markdown = comparison_markdown(
+        done, command=command, seconds=time.perf_counter() - start,
+        hardware=f"{platform.machine()} CPU × {os.cpu_count()}, Python "
+        f"{platform.python_version()}")
+    write_atomic(out / "results.md", markdown)
+    if args.markdown:
+        write_atomic(Path(args.markdown), markdown)
+    print(markdown)
+    print(f"results: {out / 'results.md'}")
+    return 0
+
+
 def cmd_privacy(args: argparse.Namespace) -> int:
     import json
 
@@ -220,8 +280,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in reports
     try:
-        return {"run": cmd_run, "compare": cmd_run, "privacy": cmd_privacy,
+        return {"run": cmd_run, "compare": cmd_compare, "privacy": cmd_privacy,
                 "report": cmd_report}[args.command](args)
     except RegionFedError as exc:
         if args.debug:

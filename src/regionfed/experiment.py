@@ -24,10 +24,10 @@ from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.regionfed import RegionFed, RegionFedConfig
 from regionfed.algorithms.regionfed.personalization import personalize_region
 from regionfed.algorithms.registry import get_method
-from regionfed.config import RunConfig
+from regionfed.config import RunConfig, build_config, set_dotted
 from regionfed.data.federation import Federation
 from regionfed.data.registry import build_federation
-from regionfed.errors import ConfigError
+from regionfed.errors import ConfigError, MethodNotApplicableError
 from regionfed.io import append_jsonl, save_checkpoint, write_atomic, write_json
 from regionfed.models.registry import build_task
 from regionfed.models.tasks import Task
@@ -36,6 +36,7 @@ from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
 from regionfed.runtime.pooled import run_pooled
 from regionfed.runtime.simulator import FederatedRun, Simulator
+from regionfed.tuning import candidates, choose, final_validation_overall
 
 SUMMARY_KEYS = ("overall", "intent", "spell", "ner_f1", "ner_entity_f1", "rrs",
                 "worst_region", "region_std")
@@ -150,8 +151,39 @@ def check_privacy_budget(config: RunConfig) -> None:
         return
     for method in config.methods:
         if get_method(method).kind == "federated":
-            rounds_for_budget(config, build_strategy(method, config),
+            try:
+                strategy = build_strategy(method, config)
+            except MethodNotApplicableError:
+                continue  # reported as n/a by the run
+            rounds_for_budget(config, strategy,
                               PrivacyLedger(config.dp, config.training.sample_rate))
+
+
+def with_overrides(config: RunConfig, overrides: dict[str, Any]) -> RunConfig:
+    """``config`` with dotted keys replaced (validated like any configuration)."""
+    data = config.model_dump(mode="json")
+    for key, value in overrides.items():
+        set_dotted(data, key, value)
+    return build_config(data)
+
+
+def tune_method(method: str, federation: Federation, task: Task, config: RunConfig,
+                evaluator: FederationEvaluator) -> tuple[RunConfig, dict[str, Any]]:
+    """Fair tuning (:mod:`regionfed.tuning`): run every grid point of ``method`` on the
+    tuning seed; return the configuration with the best validation Overall and the record
+    of the search (chosen values, every candidate's score)."""
+    spec = get_method(method)
+    scored = []
+    grid = candidates(config.tuning, spec.key_hyperparameter)
+    for overrides in tqdm(grid, desc=f"  tuning {method}", leave=False,
+                          disable=len(grid) < 2):
+        outcome, _ = run_method(method, federation, task, with_overrides(config, overrides),
+                                config.tuning.seed, evaluator)
+        scored.append((overrides, final_validation_overall(outcome.history)))
+    chosen = choose(scored)
+    record = {"chosen": chosen, "seed": config.tuning.seed,
+              "candidates": [{**o, "val_overall": v} for o, v in scored]}
+    return with_overrides(config, chosen), record
 
 
 def unique_run_dir(base: Path) -> Path:
@@ -184,48 +216,91 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
     jobs = [(m, s) for m in config.methods for s in range(config.seeds)]
     outcomes: dict[str, list[dict[str, Any]]] = {m: [] for m in config.methods}
     privacy: dict[str, dict[str, Any]] = {}
+    tuned: dict[str, dict[str, Any]] = {}  # method → tuning record
+    configs: dict[str, RunConfig] = {}  # method → the configuration its seeds run with
+    not_applicable: dict[str, str] = {}  # method → why it can't run here
     bar = tqdm(jobs, desc="methods", disable=not progress, unit="run")
     for method, seed in bar:
         bar.set_postfix_str(f"{method} seed {seed}")
-        partial = _partial_path(out, method, seed)
-        if resume and partial.exists():
-            record = json.loads(partial.read_text())
-            outcomes[method].append(record)
-            if record.get("privacy") is not None:
-                privacy[method] = record["privacy"]
+        if method in not_applicable:
             continue
-        rounds = tqdm(total=config.training.rounds, desc=f"  {method}", leave=False,
-                      disable=not progress or get_method(method).kind == "reference",
-                      unit="round")
-
-        def on_round(log: dict[str, Any], method: str = method, seed: int = seed,
-                     rounds: tqdm = rounds) -> None:
-            append_jsonl(out / "metrics.jsonl", {"method": method, "seed": seed, **log})
-            rounds.update(1)
-
-        outcome, run = run_method(method, federation, task, config, seed, evaluator, on_round)
-        rounds.close()
-        if run is not None:
-            model = set_flat(task.build_model(seed), run.final_params)
-            save_checkpoint(out / "checkpoints" / f"{method}-seed{seed}.safetensors",
-                            dict(model.state_dict()))
-        if outcome.privacy is not None:
-            privacy[method] = outcome.privacy
-        record = {"seed": seed, "seconds": round(outcome.seconds, 3),
-                  "epsilon": outcome.epsilon, "privacy": outcome.privacy,
-                  **{k: outcome.test[k] for k in SUMMARY_KEYS},
-                  "per_region": outcome.test["per_region"],
-                  "per_client": outcome.test["per_client"],
-                  **({"user_personalization": outcome.test["user_personalization"]}
-                     if "user_personalization" in outcome.test else {}),
-                  "per_region_metrics": outcome.test["per_region_metrics"]}
+        partial = _partial_path(out, method, seed)
+        try:
+            if method not in configs:
+                configs[method], tuned_record = _tuned_config(
+                    method, federation, task, config, evaluator, out, resume)
+                if tuned_record is not None:
+                    tuned[method] = tuned_record
+            if resume and partial.exists():
+                record = json.loads(partial.read_text())
+                outcomes[method].append(record)
+                if record.get("privacy") is not None:
+                    privacy[method] = record["privacy"]
+                continue
+            record = _run_and_record(method, seed, federation, task, configs[method],
+                                     evaluator, out, progress)
+        except MethodNotApplicableError as exc:
+            not_applicable[method] = str(exc)
+            continue
+        if record.get("privacy") is not None:
+            privacy[method] = record["privacy"]
         write_json(partial, record)
         outcomes[method].append(record)
     results = {"config": config.model_dump(mode="json"),
-               "methods": {m: summarize_seeds(recs) for m, recs in outcomes.items()}}
+               "methods": {m: {**summarize_seeds(recs),
+                               **({"tuning": tuned[m]} if m in tuned else {})}
+                           for m, recs in outcomes.items() if recs},
+               "not_applicable": not_applicable}
     write_json(out / "results.json", results)
     write_json(out / "privacy.json", {"methods": privacy})
     return results
+
+
+def _tuned_config(method: str, federation: Federation, task: Task, config: RunConfig,
+                  evaluator: FederationEvaluator, out: Path, resume: bool
+                  ) -> tuple[RunConfig, dict[str, Any] | None]:
+    """The configuration ``method`` runs with: ``config``, or with tuning on, the chosen grid
+    point (searched once per method; a resumed run reuses its saved search)."""
+    if not config.tuning.enabled or get_method(method).kind == "reference":
+        return config, None
+    path = out / "partial" / f"tuning__{method}.json"
+    if resume and path.exists():
+        record = json.loads(path.read_text())
+        return with_overrides(config, record["chosen"]), record
+    tuned_config, record = tune_method(method, federation, task, config, evaluator)
+    write_json(path, record)
+    return tuned_config, record
+
+
+def _run_and_record(method: str, seed: int, federation: Federation, task: Task,
+                    config: RunConfig, evaluator: FederationEvaluator, out: Path,
+                    progress: bool) -> dict[str, Any]:
+    """One method × seed: train, append its round logs, save its checkpoint; the record."""
+    rounds = tqdm(total=config.training.rounds, desc=f"  {method}", leave=False,
+                  disable=not progress or get_method(method).kind == "reference",
+                  unit="round")
+
+    def on_round(log: dict[str, Any]) -> None:
+        append_jsonl(out / "metrics.jsonl", {"method": method, "seed": seed, **log})
+        rounds.update(1)
+
+    try:
+        outcome, run = run_method(method, federation, task, config, seed, evaluator,
+                                  on_round)
+    finally:
+        rounds.close()
+    if run is not None:
+        model = set_flat(task.build_model(seed), run.final_params)
+        save_checkpoint(out / "checkpoints" / f"{method}-seed{seed}.safetensors",
+                        dict(model.state_dict()))
+    return {"seed": seed, "seconds": round(outcome.seconds, 3),
+            "epsilon": outcome.epsilon, "privacy": outcome.privacy,
+            **{k: outcome.test[k] for k in SUMMARY_KEYS},
+            "per_region": outcome.test["per_region"],
+            "per_client": outcome.test["per_client"],
+            **({"user_personalization": outcome.test["user_personalization"]}
+               if "user_personalization" in outcome.test else {}),
+            "per_region_metrics": outcome.test["per_region_metrics"]}
 
 
 def summarize_seeds(records: list[dict[str, Any]]) -> dict[str, Any]:
