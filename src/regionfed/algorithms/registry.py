@@ -21,8 +21,10 @@ from regionfed.algorithms.fedprox import FedProx
 from regionfed.algorithms.fedrep import FedRep
 from regionfed.algorithms.fedtp import FedTP
 from regionfed.algorithms.local import LocalOnly
+from regionfed.algorithms.pfedme import PFedMe
 from regionfed.algorithms.regionfed import RegionFed, RegionFedAvg, RegionFedPersist
 from regionfed.algorithms.regionfed.strategy import VARIANTS as REGIONFED_VARIANTS
+from regionfed.algorithms.scaffold import Scaffold
 from regionfed.errors import UnknownMethodError
 
 StrategyFactory = Callable[..., Strategy]
@@ -67,6 +69,17 @@ METHODS: dict[str, MethodSpec] = {
                    "FedProx (Li et al., 2020): FedAvg with a proximal term μ/2‖w − w^t‖²",
                    FedProx, options=lambda config: {"mu": config.baselines.fedprox_mu},
                    key_hyperparameter="baselines.fedprox_mu"),
+        MethodSpec("scaffold", "federated",
+                   "SCAFFOLD (Karimireddy et al., 2020): control variates correct client "
+                   "drift (option II)", Scaffold),
+        MethodSpec("pfedme", "federated",
+                   "pFedMe (Dinh et al., 2020): personal models from Moreau envelopes, "
+                   "regularised by λ/2‖θ − w‖²", PFedMe, options=lambda config: {
+                       "lam": config.baselines.pfedme_lambda,
+                       "inner_steps": config.baselines.pfedme_inner_steps,
+                       "eta": config.baselines.pfedme_eta,
+                       "beta": config.baselines.pfedme_beta},
+                   key_hyperparameter="baselines.pfedme_lambda"),
         MethodSpec("ditto", "federated",
                    "Ditto (Li et al., 2021): FedAvg plus a personal model per client, "
                    "regularised toward the global one by λ/2‖v − w^t‖²", Ditto,
