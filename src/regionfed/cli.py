@@ -207,9 +207,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from regionfed.io import write_atomic
     from regionfed.report import comparison_markdown
 
+    command = "regionfed " + shlex.join(args.argv)
     if args.resume:
         out = Path(args.resume)
         config = build_config(load_config(out / "compare-config.yaml"))
+        first = out / "command.txt"
+        if first.exists():  # the command that started it, then how it was finished
+            command = f"{first.read_text().strip()}\n# resumed with: {command}"
+        if (out / "no-dp").exists() and config.dp.mode != "off":
+            args.privacy = "both"  # it was started with both settings
     else:
         config = config_from_args(args)
         if args.tune:
@@ -217,6 +223,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         out = unique_run_dir(Path(args.out) if args.out else Path("runs") / config.name)
         out.mkdir(parents=True)
         write_atomic(out / "compare-config.yaml", config.to_yaml())
+        write_atomic(out / "command.txt", command + "\n")
     settings = [("With DP" if config.dp.mode != "off" else "Without DP", config)]
     if args.privacy == "both":
         if config.dp.mode == "off" or config.dp.sigma <= 0:
@@ -231,7 +238,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"== {title} → {folder}", flush=True)
         done.append((title, run_experiment(setting, folder, progress=not args.quiet,
                                            resume=bool(args.resume))))
-    command = "regionfed " + shlex.join(args.argv)
     markdown = comparison_markdown(
         done, command=command, seconds=time.perf_counter() - start,
         hardware=f"{platform.machine()} CPU × {os.cpu_count()}, Python "

@@ -51,11 +51,14 @@ class BaselinesConfig(BaseModel):
 
     #: FedProx proximal weight μ (Li et al., 2020, Eq. 2); 0 = FedAvg
     fedprox_mu: float = Field(0.01, ge=0.0)
+    #: SCAFFOLD's control-variate update (Karimireddy et al., 2020, Alg. 1 line 12):
+    #: "II" (default, from the local steps) or "I" (the gradient at the server model)
+    scaffold_option: Literal["I", "II"] = "II"
     #: pFedMe (Dinh et al., 2020, Alg. 1): Moreau-envelope weight λ, inner steps K, the
-    #: local-model step η (η·λ ≤ 1) and the server mixing β
+    #: local-model step η (η·λ ≤ 1; default 1/λ) and the server mixing β
     pfedme_lambda: float = Field(15.0, gt=0)
     pfedme_inner_steps: int = Field(5, ge=1)
-    pfedme_eta: float = Field(0.05, gt=0)
+    pfedme_eta: float | None = Field(None, gt=0)
     pfedme_beta: float = Field(1.0, gt=0)
     #: Ditto's personal-objective weight λ (Li et al., 2021, Eq. 2); 0 = local training
     ditto_lambda: float = Field(0.1, ge=0.0)

@@ -19,11 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 #: the grid of every key hyper-parameter a method may declare (dotted config keys)
 DEFAULT_GRIDS: dict[str, list[Any]] = {
     "baselines.fedprox_mu": [0.001, 0.01, 0.1],
+    "baselines.scaffold_option": ["II", "I"],
     "baselines.ditto_lambda": [0.1, 1.0],
     "baselines.apfl_alpha": [0.25, 0.5],
     "baselines.fedbabu_finetune_epochs": [1, 2],
     "baselines.fedrep_head_epochs": [1, 2],
-    "baselines.pfedme_lambda": [1.0, 15.0],
+    "baselines.pfedme_lambda": [1.0, 15.0],  # η = 1/λ unless baselines.pfedme_eta is set
     "baselines.fedtp_rank": [2, 8],
 }
 

@@ -1,3 +1,4 @@
+import pytest
 import torch
 from helpers import QuadraticClient, run_rounds
 
@@ -5,6 +6,7 @@ from regionfed.algorithms.base import FederationView
 from regionfed.algorithms.fedavg import FedAvg
 from regionfed.algorithms.scaffold import Scaffold
 from regionfed.config import TrainingConfig
+from regionfed.errors import ConfigError
 from regionfed.privacy.mechanism import DPConfig, clip_update
 from regionfed.runtime.local_training import OptimizerConfig
 from regionfed.runtime.params import get_flat
@@ -160,3 +162,24 @@ def test_client_sampling_keeps_the_server_control_variate_exact():
     own = {c: cl.state.get("control", torch.zeros(2)) for c, cl in clients.items()}
     assert torch.allclose(strategy.control, weighted(own, view), atol=1e-5)
     assert float((strategy.params - optimum).norm()) < 1e-3
+
+
+def test_option_one_sets_the_control_variate_to_the_gradient_at_the_server_model():
+    def fresh():
+        steps = {"a/0": 2, "a/1": 10}  # unequal local work: FedAvg would drift
+        clients = {c: QuadraticClient(c, "a", 10, torch.tensor(t), lr=0.1, steps=steps[c])
+                   for c, t in {"a/0": [1.0, 0.0], "a/1": [0.0, 2.0]}.items()}
+        return clients, FederationView(("a",), {c: "a" for c in clients},
+                                       {c: 10 for c in clients})
+
+    clients, view = fresh()
+    strategy = Scaffold(option="I")
+    run_rounds(strategy, clients, view, rounds=1, init=torch.tensor([0.5, 0.5]))
+    for client in clients.values():  # g_i(x) = x − t_i at the round's start x
+        assert torch.allclose(client.state["control"], torch.tensor([0.5, 0.5]) - client.target)
+    clients, view = fresh()
+    strategy = Scaffold(option="I")
+    run_rounds(strategy, clients, view, rounds=60)
+    assert torch.allclose(strategy.params, torch.tensor([0.5, 1.0]), atol=1e-3)
+    with pytest.raises(ConfigError, match="option"):
+        Scaffold(option="III")

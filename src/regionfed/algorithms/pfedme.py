@@ -21,7 +21,10 @@ whose minimiser θ̂_i(w) is the client's personalised model. In a round a sampl
       optimizer (no AdamW moments carried between solves);
    b. w_i ← w_i − η·λ·(w_i − θ̃_i)                                          (line 8),
       a gradient step of size η on F_i, whose gradient is λ(w_i − θ̂_i(w_i)); 0 < η·λ ≤ 1
-      keeps w_i between its old value and θ̃_i;
+      keeps w_i between its old value and θ̃_i. Default η = 1/λ: the paper's η = 0.005
+      (η·λ = 0.075) relies on its R = 20 local rounds; with the budget-matched R below
+      (often 1) a small η·λ leaves the global model almost still (measured in
+      docs/baselines.md);
 
 3. sends Δ_i = w^t − w_i (the repository's Δ = start − end) and keeps the last θ̃_i on the
    device as its personal model, the one it is evaluated with.
@@ -57,13 +60,15 @@ PERSONAL_STREAM = "pfedme-personal"
 class PFedMe(FedAvg):
     name = "pfedme"
 
-    def __init__(self, lam: float = 15.0, inner_steps: int = 5, eta: float = 0.05,
+    def __init__(self, lam: float = 15.0, inner_steps: int = 5, eta: float | None = None,
                  beta: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not lam > 0.0 or not math.isfinite(lam):
             raise ConfigError(f"pFedMe lambda must be finite and > 0, got {lam}")
         if isinstance(inner_steps, bool) or int(inner_steps) != inner_steps or inner_steps < 1:
             raise ConfigError(f"pFedMe inner_steps K must be an integer >= 1, got {inner_steps}")
+        if eta is None:  # η·λ = 1: with R ≈ 1 local round, w_i moves the whole way to θ̃_i
+            eta = 1.0 / lam if lam > 0 else 1.0
         if not 0.0 < eta * lam <= 1.0:
             raise ConfigError(f"pFedMe needs 0 < eta·lambda <= 1 (the local-model step of Alg. 1 "
                               f"line 8), got eta={eta}, lambda={lam}: eta·lambda={eta * lam}")

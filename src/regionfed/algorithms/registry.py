@@ -71,7 +71,9 @@ METHODS: dict[str, MethodSpec] = {
                    key_hyperparameter="baselines.fedprox_mu"),
         MethodSpec("scaffold", "federated",
                    "SCAFFOLD (Karimireddy et al., 2020): control variates correct client "
-                   "drift (option II)", Scaffold),
+                   "drift (option II; baselines.scaffold_option)", Scaffold,
+                   options=lambda config: {"option": config.baselines.scaffold_option},
+                   key_hyperparameter="baselines.scaffold_option"),
         MethodSpec("pfedme", "federated",
                    "pFedMe (Dinh et al., 2020): personal models from Moreau envelopes, "
                    "regularised by λ/2‖θ − w‖²", PFedMe, options=lambda config: {

@@ -49,6 +49,10 @@ The paper's derivation assumes plain SGD on the client. With AdamW the correctio
 enters the gradient the optimizer sees, but the step is no longer η_l·(corrected gradient),
 so option II's (x − y)/(K η_l) is only a scaled estimate of the mean corrected gradient.
 
+Option I (``option="I"``, the paper's other choice, line 12): c_i⁺ = g_i(x), the client's
+mean training gradient at the server model (one extra pass). It keeps c_i in gradient units
+whatever the optimizer, so it is the variant to use with AdamW (see docs/baselines.md).
+
 The client step is custom, so the simulator trains SCAFFOLD's clients sequentially.
 """
 
@@ -67,6 +71,7 @@ from regionfed.algorithms.base import (
     TrainInstruction,
 )
 from regionfed.algorithms.fedavg import FedAvg
+from regionfed.errors import ConfigError
 
 #: the client state key of c_i and the instruction/metrics keys of c and Δc_i
 CONTROL = "control"
@@ -94,8 +99,11 @@ class Scaffold(FedAvg):
     #: the model update and the control-variate update are both noisy releases
     releases_per_round = 2
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, option: str = "II", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if option not in ("I", "II"):
+            raise ConfigError(f"SCAFFOLD option must be 'I' or 'II', got {option!r}")
+        self.option = option
         self.control = torch.zeros(0)
 
     def setup(self, init_params: torch.Tensor, view: FederationView,
@@ -121,7 +129,9 @@ class Scaffold(FedAvg):
                                  extra_loss=term)
         update = start - new  # Δy_i = x − y
         steps = term.calls  # K
-        if steps > 0:  # option II
+        if self.option == "I":  # c_i⁺ = g_i(x)
+            new_own = client.gradient(start)
+        elif steps > 0:  # option II
             new_own = own - server_control + update / (steps * client.learning_rate)
         else:  # no local step (no data): nothing learned, c_i stays
             new_own = own
