@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -108,3 +109,18 @@ def two_region_quadratics() -> tuple[dict[str, QuadraticClient], FederationView]
     clients = {c: QuadraticClient(c, c[0], sizes[c], torch.tensor(t)) for c, t in targets.items()}
     view = FederationView(("a", "b"), {c: c[0] for c in clients}, sizes)
     return clients, view
+
+
+def shared_data(*parts: str) -> Path:
+    """A path under the prepared real-data folder (``../shared/data`` beside the checkout,
+    as the data README says; ``$REGIONFED_SHARED_DATA`` overrides; a fresh clone elsewhere on
+    this machine finds ``/work/shared/data``). Tests skip when it is absent."""
+    import os
+
+    candidates = [os.environ.get("REGIONFED_SHARED_DATA"),
+                  Path(__file__).resolve().parents[1].parent / "shared" / "data",
+                  Path("/work/shared/data")]
+    for base in candidates:
+        if base and Path(base).exists():
+            return Path(base).joinpath(*parts)
+    return Path("../shared/data").joinpath(*parts)
