@@ -142,3 +142,32 @@ def test_report_writes_markdown_and_curves(tmp_path, capsys):
     (tmp_path / "bad" / "results.json").write_text("{not json")
     code, _, err = run_cli(capsys, "report", str(tmp_path / "bad"))
     assert code == 2 and "not a regionfed results file" in err
+
+
+def test_femnist_with_the_cnn_runs_from_the_command_line(tmp_path, capsys):
+    from helpers import shared_data
+
+    npz = shared_data("femnist", "femnist_leaf_sf05_subset.npz")
+    if not npz.exists():
+        pytest.skip(f"{npz} not present")
+    out = tmp_path / "fem"
+    code, stdout, _ = run_cli(capsys, "run", "--dataset", "femnist", "--model", "cnn",
+                              "--methods", "majority,fedavg", "--rounds", "1", "--regions",
+                              "2", "--set", f"data.path={npz}", "--set", "data.max_writers=6",
+                              "--quiet", "--out", str(out))
+    assert code == 0 and "| fedavg" in stdout and "—" in stdout  # no NER for images
+    results = json.loads((out / "results.json").read_text())
+    assert results["methods"]["fedavg"]["ner_f1"] is None
+    assert 0.0 <= results["methods"]["fedavg"]["overall"] <= 1.0
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--dataset", "femnist", "--set", "data.path=/nonexistent.npz"], "FEMNIST data not found"),
+    (["--dataset", "femnist", "--set", "data.num_queries=5"], "data.num_queries: unknown key"),
+    (["--set", "model.name=resnet"], "unknown model 'resnet'"),
+    (["--model", "cnn", "--methods", "fedavg"], "cnn model needs an image dataset"),
+])
+def test_bad_dataset_and_model_choices_get_one_line_errors(tmp_path, capsys, argv, fragment):
+    code, _, err = run_cli(capsys, "run", "--quiet", "--rounds", "1", "--out",
+                           str(tmp_path / "x"), *argv)
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1

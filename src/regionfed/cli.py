@@ -57,6 +57,8 @@ EXAMPLES = """examples:
   regionfed run --set data.regional_bias=0.5 --set training.optimizer.lr=0.001
   regionfed run --methods fedavg,regionfed-grad --dp-sigma 4 --dp-clip 1 --sample-rate 0.5
   regionfed run --resume runs/default             # finish an interrupted run
+  regionfed run --dataset femnist --model cnn --methods fedavg,regionfed-grad --rounds 5 \
+      --local-epochs 2 --set data.num_regions=4   # real LEAF FEMNIST (../shared/data)
 """
 
 
@@ -71,8 +73,11 @@ def _csv(value: str) -> list[str]:
 
 def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML run configuration")
-    p.add_argument("--dataset", choices=["esci-synth"], help="benchmark (default esci-synth)")
-    p.add_argument("--model", choices=["tiny"], help="model (default tiny)")
+    p.add_argument("--dataset", choices=["esci-synth", "femnist"],
+                   help="benchmark (default esci-synth; femnist reads real LEAF data, "
+                   "data.path)")
+    p.add_argument("--model", choices=["tiny", "cnn"],
+                   help="model (default tiny; cnn for femnist)")
     p.add_argument("--methods", type=_csv, default=_csv(default_methods) if default_methods
                    else None, metavar="M1,M2|all",
                    help=f"methods to compare: {', '.join(METHODS)}, or all")

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.registry import resolve_methods
 from regionfed.data.esci_synth import EsciSynthConfig
-from regionfed.errors import ConfigError, config_error_from_validation
+from regionfed.data.femnist import FemnistConfig
+from regionfed.errors import ConfigError, config_error_from_validation, validation_messages
+from regionfed.models.cnn import CNNConfig
 from regionfed.models.tiny import TinyConfig
 from regionfed.privacy.mechanism import DPConfig
 from regionfed.runtime.local_training import OptimizerConfig
@@ -83,9 +85,9 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field("default", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    dataset: Literal["esci-synth"] = "esci-synth"
-    data: EsciSynthConfig = Field(default_factory=EsciSynthConfig)
-    model: TinyConfig = Field(default_factory=TinyConfig)
+    dataset: Literal["esci-synth", "femnist"] = "esci-synth"
+    data: EsciSynthConfig | FemnistConfig = Field(default_factory=EsciSynthConfig)
+    model: TinyConfig | CNNConfig = Field(default_factory=TinyConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     dp: DPConfig = Field(default_factory=lambda: DPConfig(mode="off"))
     regionfed: RegionFedConfig = Field(default_factory=RegionFedConfig)
@@ -96,8 +98,38 @@ class RunConfig(BaseModel):
     seeds: int = Field(1, ge=1)
     runtime: Literal["inprocess"] = "inprocess"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_sections(cls, values: Any) -> Any:
+        """``data`` is read as the configuration of ``dataset``, ``model`` as the one its
+        ``name`` picks (errors keep the section in the key path, e.g. ``data.path``)."""
+        if not isinstance(values, dict):
+            return values
+        values = dict(values)
+        model = values.get("model")
+        name = model.get("name", "tiny") if isinstance(model, dict) else "tiny"
+        if name not in MODEL_CONFIGS:
+            raise ValueError(f"model.name: unknown model {name!r}; known: "
+                             f"{', '.join(MODEL_CONFIGS)}")
+        sections = (("data", DATA_CONFIGS.get(values.get("dataset", "esci-synth"))),
+                    ("model", MODEL_CONFIGS[name]))
+        for key, schema in sections:
+            raw = values.get(key)
+            if schema is None or not isinstance(raw, dict | type(None)):
+                continue  # unknown dataset/model names are reported by their own fields
+            try:
+                values[key] = schema.model_validate(raw or {})
+            except ValidationError as exc:
+                raise ValueError("; ".join(validation_messages(exc, f"{key}."))) from None
+        return values
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+DATA_CONFIGS: dict[str, type[BaseModel]] = {"esci-synth": EsciSynthConfig,
+                                             "femnist": FemnistConfig}
+MODEL_CONFIGS: dict[str, type[BaseModel]] = {"tiny": TinyConfig, "cnn": CNNConfig}
 
 
 def build_config(data: dict[str, Any] | None = None) -> RunConfig:

@@ -31,20 +31,27 @@ class NumericalError(RegionFedError):
     """A NaN or infinite value where a finite one is required (e.g. a client update)."""
 
 
+def validation_messages(exc: Exception, prefix: str = "") -> list[str]:
+    """``key.path: what was wrong`` for every error of a pydantic ``ValidationError``."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return [str(exc)]
+    parts = []
+    for err in errors():
+        loc = prefix + ".".join(str(p) for p in err.get("loc", ()))
+        msg = err.get("msg", "invalid value")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown key"
+        elif err.get("type") == "value_error" and "error" in err.get("ctx", {}):
+            msg = str(err["ctx"]["error"])  # already "key: what" from a nested section
+        parts.append(f"{loc}: {msg}" if loc.rstrip(".") else msg)
+    return parts
+
+
 def config_error_from_validation(exc: Exception, what: str = "config") -> ConfigError:
     """Turn a pydantic ``ValidationError`` into a one-line :class:`ConfigError`.
 
     The message names the offending key and what was wrong with it, e.g.
     ``invalid config: data.alpha_d: Input should be greater than 0``.
     """
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        parts = []
-        for err in errors():
-            loc = ".".join(str(p) for p in err.get("loc", ()))
-            msg = err.get("msg", "invalid value")
-            if err.get("type") == "extra_forbidden":
-                msg = "unknown key"
-            parts.append(f"{loc}: {msg}" if loc else msg)
-        return ConfigError(f"invalid {what}: " + "; ".join(parts))
-    return ConfigError(f"invalid {what}: {exc}")
+    return ConfigError(f"invalid {what}: " + "; ".join(validation_messages(exc)))

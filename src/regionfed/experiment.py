@@ -295,7 +295,8 @@ def _run_and_record(method: str, seed: int, federation: Federation, task: Task,
                         dict(model.state_dict()))
     return {"seed": seed, "seconds": round(outcome.seconds, 3),
             "epsilon": outcome.epsilon, "privacy": outcome.privacy,
-            **{k: outcome.test[k] for k in SUMMARY_KEYS},
+            # a task without a metric (an image task has no NER) records None for it
+            **{k: outcome.test.get(k) for k in SUMMARY_KEYS},
             "per_region": outcome.test["per_region"],
             "per_client": outcome.test["per_client"],
             **({"user_personalization": outcome.test["user_personalization"]}
@@ -307,6 +308,9 @@ def summarize_seeds(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Mean over seeds of every summary metric (plus ``*_std`` when there are ≥ 2 seeds)."""
     summary: dict[str, Any] = {}
     for key in SUMMARY_KEYS:
+        if any(r.get(key) is None for r in records):
+            summary[key] = None
+            continue
         mean, std = metrics.mean_std([r[key] for r in records])
         summary[key] = mean
         if len(records) > 1:

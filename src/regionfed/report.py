@@ -15,6 +15,8 @@ COLUMNS = (("Overall", "overall"), ("Intent", "intent"), ("Spell", "spell"),
 
 
 def _cell(summary: dict[str, Any], key: str) -> str:
+    if summary.get(key) is None:
+        return "—"  # the task has no such metric
     value = 100 * summary[key]
     std = summary.get(f"{key}_std")
     return f"{value:.1f} ± {100 * std:.1f}" if std is not None else f"{value:.1f}"

@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from regionfed.data.federation import Federation
+from regionfed.data.images import ImageDataset
 from regionfed.data.queries import QueryDataset
 from regionfed.errors import ConfigError
+from regionfed.models.cnn import CNNConfig
+from regionfed.models.image_task import ImageClassificationTask
 from regionfed.models.query_task import QueryTask
 from regionfed.models.tasks import Task
 from regionfed.models.tiny import TinyConfig
 
-MODELS = ("tiny",)
+MODELS = ("tiny", "cnn")
 
 
 def build_task(model_config: Any, federation: Federation) -> Task:
@@ -24,5 +27,10 @@ def build_task(model_config: Any, federation: Federation) -> Task:
             vocabulary = sorted({w for c in federation.clients for t in c.train.targets
                                  for w in t})
         return QueryTask(vocabulary, model_config)
+    if isinstance(model_config, CNNConfig):
+        if not isinstance(federation.clients[0].train, ImageDataset):
+            raise ConfigError("the cnn model needs an image dataset (femnist)")
+        return ImageClassificationTask(int(federation.meta.get("num_classes", 62)),
+                                       model_config)
     raise ConfigError(f"unknown model config {type(model_config).__name__}; known: "
                       f"{', '.join(MODELS)}")
