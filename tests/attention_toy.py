@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from regionfed.data.federation import ClientData, Federation
-from regionfed.models.tasks import Batch, Task
+from regionfed.models.tasks import Batch, Task, minibatch_indices
 
 VOCAB = 6  # tokens and classes
 SEQ = 4  # positions
@@ -112,11 +112,7 @@ class ToyAttentionTask(Task):
 
     def batches(self, prepared: PreparedToy, batch_size: int,
                 generator: torch.Generator | None) -> Iterator[Batch]:
-        n = len(prepared)
-        order = torch.randperm(n, generator=generator) if generator is not None else \
-            torch.arange(n)
-        for start in range(0, n, batch_size):
-            index = order[start:start + batch_size]
+        for index in minibatch_indices(len(prepared), batch_size, generator):
             yield {"tokens": prepared.tokens[index], "labels": prepared.labels[index],
                    "weight": prepared.weight[index]}
 

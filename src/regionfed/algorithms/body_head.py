@@ -7,12 +7,10 @@ methods (:class:`~regionfed.errors.MethodNotApplicableError`).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
-from regionfed.algorithms.base import ClientResult, FederationView
+from regionfed.algorithms.base import FederationView
 from regionfed.algorithms.fedavg import FedAvg
 
 
@@ -31,10 +29,5 @@ class SharedBodyStrategy(FedAvg):
         super().setup(init_params, view, rng)
         self.head = view.group_mask("head", init_params.numel())
 
-    def aggregate_train(self, rnd: int, results: list[ClientResult]) -> dict[str, Any]:
-        update = self.private_mean(results, self.sample_rate * len(self.view.clients))
-        if update is None:
-            return {"clients": 0}
-        update = update.masked_fill(self.head, 0.0)
-        self.params = self.params - self.server_lr * update
-        return {"clients": len(results), "update_norm": float(update.norm())}
+    def shared_update(self, update: torch.Tensor) -> torch.Tensor:
+        return update.masked_fill(self.head, 0.0)

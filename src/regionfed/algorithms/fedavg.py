@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from regionfed.algorithms.base import ClientResult, SingleExchangeStrategy
 
 
@@ -20,5 +22,10 @@ class FedAvg(SingleExchangeStrategy):
         update = self.private_mean(results, self.sample_rate * len(self.view.clients))
         if update is None:
             return {"clients": 0}
+        update = self.shared_update(update)
         self.params = self.params - self.server_lr * update
         return {"clients": len(results), "update_norm": float(update.norm())}
+
+    def shared_update(self, update: torch.Tensor) -> torch.Tensor:
+        """The part of the aggregated update the global model takes (all of it here)."""
+        return update

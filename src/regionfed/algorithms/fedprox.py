@@ -18,12 +18,16 @@ from regionfed.algorithms.fedavg import FedAvg
 from regionfed.errors import ConfigError
 
 
+def flat_parameters(model: nn.Module) -> torch.Tensor:
+    """All parameters as one vector in flat order, differentiable (for loss terms)."""
+    return torch.cat([p.reshape(-1) for p in model.parameters()])
+
+
 def proximal_term(anchor: torch.Tensor, mu: float):
     """``model ↦ (μ/2)·‖θ(model) − anchor‖²`` over all parameters (flat order)."""
 
     def term(model: nn.Module) -> torch.Tensor:
-        flat = torch.cat([p.reshape(-1) for p in model.parameters()])
-        return 0.5 * mu * (flat - anchor).pow(2).sum()
+        return 0.5 * mu * (flat_parameters(model) - anchor).pow(2).sum()
 
     return term
 

@@ -71,6 +71,7 @@ from regionfed.algorithms.base import (
     TrainInstruction,
 )
 from regionfed.algorithms.fedavg import FedAvg
+from regionfed.algorithms.fedprox import flat_parameters
 from regionfed.errors import ConfigError
 
 #: the client state key of c_i and the instruction/metrics keys of c and Δc_i
@@ -90,8 +91,7 @@ class _ControlTerm:
 
     def __call__(self, model: nn.Module) -> torch.Tensor:
         self.calls += 1
-        flat = torch.cat([p.reshape(-1) for p in model.parameters()])
-        return torch.dot(flat - self.anchor, self.correction)
+        return torch.dot(flat_parameters(model) - self.anchor, self.correction)
 
 
 class Scaffold(FedAvg):

@@ -18,7 +18,7 @@ from torch import nn
 
 from regionfed.data.images import ImageDataset
 from regionfed.models.cnn import CNNConfig, FemnistCNN
-from regionfed.models.tasks import Batch, Task
+from regionfed.models.tasks import Batch, Task, minibatch_indices
 
 IGNORE = -100
 
@@ -64,11 +64,7 @@ class ImageClassificationTask(Task):
 
     def batches(self, prepared: PreparedImages, batch_size: int,
                 generator: torch.Generator | None) -> Iterator[Batch]:
-        n = len(prepared)
-        order = torch.randperm(n, generator=generator) if generator is not None else \
-            torch.arange(n)
-        for start in range(0, n, batch_size):
-            index = order[start:start + batch_size]
+        for index in minibatch_indices(len(prepared), batch_size, generator):
             yield {"image": prepared.image[index], "label": prepared.label[index],
                    "weight": prepared.weight[index]}
 

@@ -21,7 +21,7 @@ from torch import nn
 from regionfed import metrics
 from regionfed.data.queries import INTENTS, MAX_TOKENS, NER_TAGS, QueryDataset
 from regionfed.errors import DataError
-from regionfed.models.tasks import Batch, Task
+from regionfed.models.tasks import Batch, Task, minibatch_indices
 from regionfed.models.text_features import SpellCandidates, deletion_distance, word_ngram_ids
 from regionfed.models.tiny import NUM_DISTANCE_BUCKETS, TinyConfig, TinyQueryModel
 
@@ -189,11 +189,8 @@ class QueryTask(Task):
 
     def batches(self, prepared: PreparedQueries, batch_size: int,
                 generator: torch.Generator | None) -> Iterator[Batch]:
-        n = len(prepared)
-        order = torch.randperm(n, generator=generator) if generator is not None else \
-            torch.arange(n)
-        for start in range(0, n, batch_size):
-            yield self.make_batch(prepared, order[start:start + batch_size])
+        for index in minibatch_indices(len(prepared), batch_size, generator):
+            yield self.make_batch(prepared, index)
 
     # -- model, loss, prediction ---------------------------------------------------------
     def build_model(self, seed: int) -> nn.Module:

@@ -20,6 +20,16 @@ from torch import nn
 Batch = dict[str, torch.Tensor]
 
 
+def minibatch_indices(n: int, batch_size: int, generator: torch.Generator | None
+                      ) -> Iterator[torch.Tensor]:
+    """Index tensors of consecutive mini-batches over ``n`` examples, in a random order drawn
+    from ``generator`` (in order when it is ``None``); every task's :meth:`Task.batches`."""
+    order = torch.randperm(n, generator=generator) if generator is not None else \
+        torch.arange(n)
+    for start in range(0, n, batch_size):
+        yield order[start:start + batch_size]
+
+
 class Task(ABC):
     """A learning problem plus the model family that solves it."""
 

@@ -88,8 +88,7 @@ def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any
         for batch in task.batches(prepared, batch_size, generator):
             if max_steps is not None and steps >= max_steps:
                 break
-            opt.zero_grad(set_to_none=True)
-            model.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)  # mixing leaves get their grad assigned below
             loss = task.loss(model, batch)
             if extra_loss is not None:
                 loss = loss + extra_loss(model)
