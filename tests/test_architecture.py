@@ -10,7 +10,11 @@ from helpers import shared_data
 
 import regionfed.algorithms
 from regionfed.config import TrainingConfig, build_config
+from regionfed.data.federation import ClientData, Federation
 from regionfed.experiment import build_strategy
+from regionfed.models.minilm import MiniLMConfig
+from regionfed.models.registry import build_task
+from regionfed.models.t5 import T5ModelConfig
 from regionfed.runtime.simulator import Simulator
 
 FEMNIST = shared_data("femnist", "femnist_leaf_sf05_subset.npz")
@@ -38,15 +42,34 @@ def _cnn_on_femnist():
         ImageClassificationTask(62)
 
 
-def _tiny_on_esci_synth(tiny_federation, tiny_task):
-    return tiny_federation, tiny_task
+_TEXT_MODELS = {"t5-tiny": T5ModelConfig(d_model=32, d_ff=64, num_heads=2, vocab_size=2048),
+                "minilm": MiniLMConfig()}
+_TEXT_TASKS: dict = {}
 
 
-@pytest.mark.parametrize("model", ["tiny", "cnn"])
+def _query_model(model, tiny_federation, tiny_task):
+    if model == "tiny":
+        return tiny_federation, tiny_task
+    if model not in _TEXT_TASKS:  # built once: the tokenizer / pretrained load is shared
+        _TEXT_TASKS[model] = build_task(_TEXT_MODELS[model], tiny_federation)
+    # the 22.7M-parameter minilm gets 16 training queries per client to stay fast on CPU
+    return (_shrunk(tiny_federation, 16) if model == "minilm" else tiny_federation,
+            _TEXT_TASKS[model])
+
+
+def _shrunk(federation, n):
+    clients = [ClientData(c.client_id, c.region, c.train.subset(range(n)),
+                          c.val.subset(range(min(n, len(c.val)))),
+                          c.test.subset(range(min(n, len(c.test)))))
+               for c in federation.clients]
+    return Federation(federation.name, federation.regions, clients, federation.meta)
+
+
+@pytest.mark.parametrize("model", ["tiny", "t5-tiny", "minilm", "cnn"])
 @pytest.mark.parametrize("method", ["fedavg", "regionfed-grad", "regionfed-meta"])
 def test_every_model_runs_the_same_strategies(model, method, tiny_federation, tiny_task):
-    federation, task = (_tiny_on_esci_synth(tiny_federation, tiny_task) if model == "tiny"
-                        else _cnn_on_femnist())
+    federation, task = (_cnn_on_femnist() if model == "cnn"
+                        else _query_model(model, tiny_federation, tiny_task))
     training = TrainingConfig(rounds=1, local_epochs=1, batch_size=32, eval_every=1)
     strategy = build_strategy(method, build_config({"methods": [method]}))
     run = Simulator(federation, task, training, seed=0).run(strategy)

@@ -14,6 +14,7 @@ from typing import Any
 from regionfed import __version__
 from regionfed.algorithms.registry import METHODS
 from regionfed.config import (
+    MODEL_CONFIGS,
     RunConfig,
     apply_set_overrides,
     build_config,
@@ -48,6 +49,7 @@ FLAG_KEYS = {
     "dp_clip": "dp.clip",
     "dp_delta": "dp.delta",
     "target_epsilon": "training.target_epsilon",
+    "init_from": "model.init_from",
 }
 
 EXAMPLES = """examples:
@@ -59,6 +61,9 @@ EXAMPLES = """examples:
   regionfed run --resume runs/default             # finish an interrupted run
   regionfed run --dataset femnist --model cnn --methods fedavg,regionfed-grad --rounds 5 \
       --local-epochs 2 --set data.num_regions=4   # real LEAF FEMNIST (../shared/data)
+  regionfed run --model t5-tiny --methods fedavg,regionfed-grad --rounds 2 \
+      --num-queries 1200                          # T5 text-to-text, parsed generations
+  regionfed run --model minilm --methods fedavg --rounds 2 --set training.optimizer.lr=5e-5
 """
 
 
@@ -73,11 +78,16 @@ def _csv(value: str) -> list[str]:
 
 def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML run configuration")
-    p.add_argument("--dataset", choices=["esci-synth", "femnist"],
-                   help="benchmark (default esci-synth; femnist reads real LEAF data, "
-                   "data.path)")
-    p.add_argument("--model", choices=["tiny", "cnn"],
-                   help="model (default tiny; cnn for femnist)")
+    p.add_argument("--dataset", choices=["esci-synth", "femnist", "esci", "reviews"],
+                   help="benchmark (default esci-synth; femnist reads real LEAF data, esci "
+                   "real Amazon ESCI queries with weak labels (regions = locales), reviews "
+                   "Amazon reviews as JSON lines (regions = categories); all read data.path)")
+    p.add_argument("--model", choices=list(MODEL_CONFIGS),
+                   help="model (default tiny; t5-tiny/t5-small: T5 text-to-text; minilm: "
+                   "pretrained all-MiniLM-L6-v2, needs the hf extra; cnn for femnist)")
+    p.add_argument("--init-from", metavar="PATH",
+                   help="t5 models: start from a saved T5 folder (config.json + weights, "
+                   "and its tokenizer if present) instead of a random init")
     p.add_argument("--methods", type=_csv, default=_csv(default_methods) if default_methods
                    else None, metavar="M1,M2|all",
                    help=f"methods to compare: {', '.join(METHODS)}, or all")

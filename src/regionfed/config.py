@@ -14,10 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.registry import resolve_methods
+from regionfed.data.esci import EsciConfig
 from regionfed.data.esci_synth import EsciSynthConfig
 from regionfed.data.femnist import FemnistConfig
+from regionfed.data.reviews import ReviewsConfig
 from regionfed.errors import ConfigError, config_error_from_validation, validation_messages
 from regionfed.models.cnn import CNNConfig
+from regionfed.models.minilm import MiniLMConfig
+from regionfed.models.t5 import T5ModelConfig
 from regionfed.models.tiny import TinyConfig
 from regionfed.privacy.mechanism import DPConfig
 from regionfed.runtime.local_training import OptimizerConfig
@@ -85,9 +89,11 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field("default", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    dataset: Literal["esci-synth", "femnist"] = "esci-synth"
-    data: EsciSynthConfig | FemnistConfig = Field(default_factory=EsciSynthConfig)
-    model: TinyConfig | CNNConfig = Field(default_factory=TinyConfig)
+    dataset: Literal["esci-synth", "femnist", "esci", "reviews"] = "esci-synth"
+    data: EsciSynthConfig | FemnistConfig | EsciConfig | ReviewsConfig = Field(
+        default_factory=EsciSynthConfig)
+    model: TinyConfig | CNNConfig | T5ModelConfig | MiniLMConfig = Field(
+        default_factory=TinyConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     dp: DPConfig = Field(default_factory=lambda: DPConfig(mode="off"))
     regionfed: RegionFedConfig = Field(default_factory=RegionFedConfig)
@@ -128,8 +134,12 @@ class RunConfig(BaseModel):
 
 
 DATA_CONFIGS: dict[str, type[BaseModel]] = {"esci-synth": EsciSynthConfig,
-                                             "femnist": FemnistConfig}
-MODEL_CONFIGS: dict[str, type[BaseModel]] = {"tiny": TinyConfig, "cnn": CNNConfig}
+                                             "femnist": FemnistConfig,
+                                             "esci": EsciConfig,
+                                             "reviews": ReviewsConfig}
+MODEL_CONFIGS: dict[str, type[BaseModel]] = {
+    "tiny": TinyConfig, "t5-tiny": T5ModelConfig, "t5-small": T5ModelConfig,
+    "minilm": MiniLMConfig, "cnn": CNNConfig}
 
 
 def build_config(data: dict[str, Any] | None = None) -> RunConfig:

@@ -291,8 +291,9 @@ def _run_and_record(method: str, seed: int, federation: Federation, task: Task,
         rounds.close()
     if run is not None:
         model = set_flat(task.build_model(seed), run.final_params)
+        # parameters by name (tied weights once): exactly what the flat vector holds
         save_checkpoint(out / "checkpoints" / f"{method}-seed{seed}.safetensors",
-                        dict(model.state_dict()))
+                        dict(model.named_parameters()))
     return {"seed": seed, "seconds": round(outcome.seconds, 3),
             "epsilon": outcome.epsilon, "privacy": outcome.privacy,
             # a task without a metric (an image task has no NER) records None for it

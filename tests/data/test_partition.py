@@ -11,6 +11,7 @@ from regionfed.data.partition import (
     dirichlet_partition,
     dirichlet_proportions,
     holdout_counts,
+    region_client_splits,
     split_counts,
 )
 from regionfed.errors import ConfigError
@@ -161,3 +162,35 @@ def test_assignment_is_seeded() -> None:
     b = assign_regions(rng(1), PROFILES, M, "random")
     c = assign_regions(rng(2), PROFILES, M, "random")
     assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+# ------------------------------------------------------------------------------ regions
+
+
+@pytest.mark.parametrize("n, clients, alpha", [(40, 4, 0.1), (5, 4, 0.3), (200, 3, 100.0)])
+def test_region_client_splits_partition_the_examples(n, clients, alpha) -> None:
+    labels = np.arange(n) % 3
+    parts = region_client_splits(rng(1), labels, clients, alpha, 0.1, 0.2)
+    assert len(parts) == clients
+    flat = np.concatenate([idx for triple in parts for idx in triple])
+    assert sorted(flat.tolist()) == list(range(n))  # every example exactly once
+    assert all(len(train) >= 1 for train, _, _ in parts)
+    n_test = sum(len(test) for _, _, test in parts)
+    assert n_test == holdout_counts(n, 0.2, keep=clients, minimum=1)
+    again = region_client_splits(rng(1), labels, clients, alpha, 0.1, 0.2)
+    assert all(np.array_equal(a, b) for x, y in zip(parts, again, strict=True)
+               for a, b in zip(x, y, strict=True))
+
+
+def test_region_client_splits_skew_is_shared_by_the_splits() -> None:
+    labels = np.repeat([0, 1], 1000)
+    parts = region_client_splits(rng(2), labels, 3, 1.0, 0.2, 0.2)
+    shares = []
+    for train, val, test in parts:  # a client's val/test mix follows its training mix
+        assert min(len(train), len(val), len(test)) >= 20
+        share = [labels[idx].mean() for idx in (train, val, test)]
+        assert max(share) - min(share) < 0.1
+        shares.append(share[0])
+    assert max(shares) - min(shares) > 0.2  # and the clients differ (label skew)
+    with pytest.raises(ConfigError, match="too few"):
+        region_client_splits(rng(), [0, 1], 3, 1.0, 0.1, 0.2)

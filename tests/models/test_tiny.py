@@ -40,7 +40,7 @@ def test_padding_does_not_change_real_token_outputs():
     def batch(width):
         tok = torch.tensor([[1, 2, 3] + [0] * (width - 3)])
         cand = torch.tensor([[[4, 5]] * 3 + [[0, 0]] * (width - 3)])
-        return {"mask": tok != 0, "form_ngrams": forms, "tok_form": tok, "cand_form": cand,
+        return {"mask": tok != 0, "form_features": forms, "tok_form": tok, "cand_form": cand,
                 "cand_mask": cand != 0, "cand_dist": torch.zeros_like(cand)}
     short, long = model(batch(3)), model(batch(6))
     assert torch.allclose(short["intent"], long["intent"], atol=1e-5)

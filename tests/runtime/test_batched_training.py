@@ -58,7 +58,7 @@ def test_padding_a_batch_leaves_the_loss_unchanged(tiny_task, clients):
     stacked, active = stack_batches([small, big, None], tiny_task.batch_fill_values)
     assert active.tolist() == [True, True, False]
     padded = {key: value[0] for key, value in stacked.items()}
-    for key in ("intent", "mask", "form_ngrams"):  # really padded: rows, columns, forms
+    for key in ("intent", "mask", "form_features"):  # really padded: rows, columns, forms
         assert padded[key].shape[0] > small[key].shape[0]
     assert padded["mask"].shape[1] > small["mask"].shape[1]
     assert (padded["ner"][small["ner"].shape[0]:] == IGNORE).all()

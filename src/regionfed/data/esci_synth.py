@@ -426,7 +426,7 @@ def _client_queries(
     return out
 
 
-def _corrupt(
+def corrupt_query(
     source: list[list[str]], rng: np.random.Generator, cfg: EsciSynthConfig,
     counts: dict[str, int],
 ) -> list[list[str]]:
@@ -523,7 +523,7 @@ def generate_esci_synth(
     for u in range(m * k):
         prof = profiles[client_profile[u]]
         q = _client_queries(prof, mixes[u], int(sizes[u]), rng_query, uni, generic, cfg)
-        tokens = _corrupt(q["source"], rng_noise, cfg, counts)
+        tokens = corrupt_query(q["source"], rng_noise, cfg, counts)
         datasets.append(QueryDataset(tokens=tokens, region=[prof.name] * len(tokens), **q))
 
     clients, client_profiles = _make_clients(datasets, assigned, client_profile, names,

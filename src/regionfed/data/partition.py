@@ -173,3 +173,60 @@ def assign_regions(
         return out
     raise ConfigError(f"unknown region assignment {mode!r}; expected one of "
                       f"{', '.join(ASSIGNMENT_MODES)}")
+
+
+def region_client_splits(
+    rng: np.random.Generator,
+    labels: Sequence[int] | np.ndarray,
+    num_clients: int,
+    alpha: float,
+    val_fraction: float,
+    test_fraction: float,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Split one region's examples into train / val / test, then deal each split to clients.
+
+    1. A seeded permutation; the first ``round(n · test_fraction)`` examples (at least one)
+       are test, the next ``round(n_rest · val_fraction)`` validation, the rest training;
+       both hold-outs leave at least ``num_clients`` training examples
+       (:func:`holdout_counts`).
+    2. Label skew (Hsu et al. 2019): per class c one draw q_c ~ Dir(α·1_K) over the K clients
+       (:func:`dirichlet_proportions`); the class-c examples of *every* split are apportioned
+       by q_c (:func:`split_counts`), so a client's val/test mix mirrors its training mix.
+    3. A client left without training examples takes the last training example of the client
+       with the most (lowest index on ties), until every client has one.
+
+    Returns one ``(train, val, test)`` triple of sorted index arrays per client. Needs
+    ``len(labels) >= num_clients``; a region needs ``num_clients + 1`` examples for a test
+    example.
+    """
+    y = np.asarray(labels)
+    n = len(y)
+    if num_clients < 1:
+        raise ConfigError("need at least one client")
+    if n < num_clients:
+        raise ConfigError(f"{n} examples are too few for {num_clients} clients with a "
+                          "training example each")
+    perm = rng.permutation(n)
+    n_test = holdout_counts(n, test_fraction, keep=num_clients, minimum=1)
+    n_val = holdout_counts(n - n_test, val_fraction, keep=num_clients)
+    parts = (perm[n_test + n_val:], perm[n_test:n_test + n_val], perm[:n_test])
+    classes = np.unique(y)
+    q = dirichlet_proportions(rng, len(classes), num_clients, alpha)
+    dealt: list[list[list[int]]] = [[[] for _ in range(num_clients)] for _ in parts]
+    for s, part in enumerate(parts):
+        for c, cls in enumerate(classes):
+            members = part[y[part] == cls]
+            cuts = np.cumsum(split_counts(len(members), q[c]))[:-1]
+            for u, chunk in enumerate(np.split(members, cuts)):
+                dealt[s][u].extend(chunk.tolist())
+    train = dealt[0]
+    for u in range(num_clients):
+        if not train[u]:
+            donor = max(range(num_clients), key=lambda v: (len(train[v]), -v))
+            train[u].append(train[donor].pop())
+    out = []
+    for u in range(num_clients):
+        train_u, val_u, test_u = (np.array(sorted(dealt[s][u]), dtype=np.int64)
+                                  for s in range(3))
+        out.append((train_u, val_u, test_u))
+    return out

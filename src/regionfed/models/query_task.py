@@ -1,4 +1,5 @@
-"""The multi-task query-understanding task (intent, spell, NER) for the ``tiny`` model.
+"""The multi-task query-understanding task (intent, spell, NER): what every model of it
+shares (:class:`QueryUnderstanding`) and the ``tiny`` model's featurisation (:class:`QueryTask`).
 
 Featurisation uses only public information (the benchmark's word list): hashed character
 n-grams per word and spell candidates by deletion distance
@@ -60,19 +61,65 @@ class PreparedQueries:
                                self.spell_gold, self.ner, self.intent, weight)
 
 
-class QueryTask(Task):
-    """Intent + spell + NER on :class:`QueryDataset` splits, solved by ``tiny``."""
+class QueryUnderstanding(Task):
+    """What every model of the query benchmark shares: its labels, metrics (SPEC §8), the
+    ``majority`` reference and the prediction container; subclasses featurise and predict."""
 
     metric_names = QUERY_METRICS
     num_classes = len(INTENTS)
-    # stacking pads rows with weight 0 (neutral), token columns with IGNORE targets (not
-    # counted as tokens, masked out of attention and pooling) and forms with all-zero
-    # n-grams (the zero vector, referenced by no real token)
-    batch_fill_values = {"ner": IGNORE, "spell_gold": IGNORE}
 
     def labels(self, dataset: QueryDataset) -> np.ndarray:
         """Intent labels: the histogram the ``dynamic`` router privatizes."""
         return np.asarray(dataset.intent)
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Σ_tasks of the per-example mean losses, averaged with the example weights."""
+        w = batch["weight"]
+        return (self.example_losses(model, batch) * w).sum() / w.sum().clamp(min=1e-12)
+
+    def score(self, predictions: QueryPredictions, dataset: QueryDataset) -> dict[str, float]:
+        if len(predictions) != len(dataset):
+            raise ValueError(f"{len(predictions)} predictions for {len(dataset)} examples")
+        scores = {
+            "intent": metrics.accuracy(predictions.intent, dataset.intent),
+            "spell": metrics.exact_match(predictions.spell, dataset.targets),
+            "ner_f1": metrics.token_micro_f1(predictions.ner, dataset.ner),
+            "ner_entity_f1": metrics.entity_f1(predictions.ner, dataset.ner),
+        }
+        scores["overall"] = metrics.overall(scores, TASK_KEYS)
+        return scores
+
+    def concat_predictions(self, parts: list[QueryPredictions]) -> QueryPredictions:
+        return QueryPredictions(
+            np.concatenate([p.intent for p in parts]) if parts else np.zeros(0, np.int64),
+            [s for p in parts for s in p.ner], [s for p in parts for s in p.spell])
+
+    def split_predictions(self, predictions: QueryPredictions, sizes: list[int]
+                          ) -> list[QueryPredictions]:
+        if sum(sizes) != len(predictions):
+            raise ValueError(f"sizes sum to {sum(sizes)}, predictions hold {len(predictions)}")
+        bounds = np.cumsum([0, *sizes])
+        return [QueryPredictions(predictions.intent[a:b], predictions.ner[a:b],
+                                 predictions.spell[a:b])
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def reference_predictions(self, train: QueryDataset, dataset: QueryDataset
+                              ) -> QueryPredictions:
+        """``majority``: the most frequent training intent, the input echoed, all ``O``."""
+        counts = np.bincount(train.intent, minlength=len(INTENTS))
+        top = int(counts.argmax())
+        return QueryPredictions(
+            np.full(len(dataset), top, dtype=np.int64),
+            [["O"] * len(t) for t in dataset.tokens],
+            [list(t) for t in dataset.tokens])
+
+
+class QueryTask(QueryUnderstanding):
+    """Intent + spell + NER on :class:`QueryDataset` splits, solved by ``tiny``."""
+    # stacking pads rows with weight 0 (neutral), token columns with IGNORE targets (not
+    # counted as tokens, masked out of attention and pooling) and forms with all-zero
+    # n-grams (the zero vector, referenced by no real token)
+    batch_fill_values = {"ner": IGNORE, "spell_gold": IGNORE}
 
     def __init__(self, vocabulary: Sequence[str], config: TinyConfig | None = None,
                  max_len: int = MAX_TOKENS) -> None:
@@ -82,27 +129,36 @@ class QueryTask(Task):
         self.max_len = max_len
         self.candidates = SpellCandidates(vocabulary, k=self.config.spell_candidates)
         self._form_ids: dict[str, int] = {"": 0}
-        self._form_ngrams: list[list[int]] = [[0] * self.config.max_ngrams]
-        self._ngram_table: torch.Tensor | None = None
+        self._form_features: list[list[int]] = [[0] * self.feature_width]
+        self._feature_table: torch.Tensor | None = None
         self._cand_cache: dict[str, tuple[list[int], list[int], list[str]]] = {}
         self._prepared: dict[tuple[int, bool], tuple[QueryDataset, PreparedQueries]] = {}
 
     # -- featurisation -------------------------------------------------------------------
+    @property
+    def feature_width(self) -> int:
+        """Length of every word's feature-id row (:meth:`word_features`)."""
+        return self.config.max_ngrams
+
+    def word_features(self, word: str) -> list[int]:
+        """The ids the model embeds a word from (``tiny``: hashed character n-grams), padded
+        with 0 to :attr:`feature_width`; row 0 of the table (all 0) is the padding word."""
+        return word_ngram_ids(word, self.config.ngram_buckets, self.config.max_ngrams)
+
     def _form(self, word: str) -> int:
         fid = self._form_ids.get(word)
         if fid is None:
-            fid = len(self._form_ngrams)
+            fid = len(self._form_features)
             self._form_ids[word] = fid
-            self._form_ngrams.append(
-                word_ngram_ids(word, self.config.ngram_buckets, self.config.max_ngrams))
-            self._ngram_table = None
+            self._form_features.append(self.word_features(word))
+            self._feature_table = None
         return fid
 
     @property
-    def ngram_table(self) -> torch.Tensor:
-        if self._ngram_table is None:
-            self._ngram_table = torch.tensor(self._form_ngrams, dtype=torch.long)
-        return self._ngram_table
+    def feature_table(self) -> torch.Tensor:
+        if self._feature_table is None:
+            self._feature_table = torch.tensor(self._form_features, dtype=torch.long)
+        return self._feature_table
 
     def _candidates_of(self, form: str) -> tuple[list[int], list[int], list[str]]:
         hit = self._cand_cache.get(form)
@@ -176,7 +232,7 @@ class QueryTask(Task):
                                       return_inverse=True)
         return {
             "mask": tok != 0,
-            "form_ngrams": self.ngram_table[forms],
+            "form_features": self.feature_table[forms],
             "tok_form": inverse[:tok.numel()].view_as(tok),
             "cand_form": inverse[tok.numel():].view_as(cand),
             "cand_mask": cand != 0,
@@ -206,11 +262,6 @@ class QueryTask(Task):
         intent = F.cross_entropy(out["intent"], batch["intent"], reduction="none")
         return intent + _token_mean_ce(out["ner"], batch["ner"]) \
             + _token_mean_ce(out["spell"], batch["spell_gold"])
-
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """Σ_tasks of the per-example mean losses, averaged with the example weights."""
-        w = batch["weight"]
-        return (self.example_losses(model, batch) * w).sum() / w.sum().clamp(min=1e-12)
 
     def predict(self, model: nn.Module, dataset: QueryDataset) -> QueryPredictions:
         return self.predict_ensemble([model], [1.0], dataset)
@@ -254,43 +305,6 @@ class QueryTask(Task):
         names = self._candidates_of(word)[2]
         # no candidate at all: the model has nothing to choose, so it echoes the input
         return names[slot] if slot < len(names) else word
-
-    def score(self, predictions: QueryPredictions, dataset: QueryDataset) -> dict[str, float]:
-        if len(predictions) != len(dataset):
-            raise ValueError(f"{len(predictions)} predictions for {len(dataset)} examples")
-        scores = {
-            "intent": metrics.accuracy(predictions.intent, dataset.intent),
-            "spell": metrics.exact_match(predictions.spell, dataset.targets),
-            "ner_f1": metrics.token_micro_f1(predictions.ner, dataset.ner),
-            "ner_entity_f1": metrics.entity_f1(predictions.ner, dataset.ner),
-        }
-        scores["overall"] = metrics.overall(scores, TASK_KEYS)
-        return scores
-
-    def concat_predictions(self, parts: list[QueryPredictions]) -> QueryPredictions:
-        return QueryPredictions(
-            np.concatenate([p.intent for p in parts]) if parts else np.zeros(0, np.int64),
-            [s for p in parts for s in p.ner], [s for p in parts for s in p.spell])
-
-    def split_predictions(self, predictions: QueryPredictions, sizes: list[int]
-                          ) -> list[QueryPredictions]:
-        if sum(sizes) != len(predictions):
-            raise ValueError(f"sizes sum to {sum(sizes)}, predictions hold {len(predictions)}")
-        bounds = np.cumsum([0, *sizes])
-        return [QueryPredictions(predictions.intent[a:b], predictions.ner[a:b],
-                                 predictions.spell[a:b])
-                for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-
-    def reference_predictions(self, train: QueryDataset, dataset: QueryDataset
-                              ) -> QueryPredictions:
-        """``majority``: the most frequent training intent, the input echoed, all ``O``."""
-        counts = np.bincount(train.intent, minlength=len(INTENTS))
-        top = int(counts.argmax())
-        return QueryPredictions(
-            np.full(len(dataset), top, dtype=np.int64),
-            [["O"] * len(t) for t in dataset.tokens],
-            [list(t) for t in dataset.tokens])
-
 
 def _token_mean_ce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-example mean token cross-entropy, ignoring padding (IGNORE) positions."""

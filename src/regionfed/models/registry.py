@@ -7,25 +7,36 @@ from typing import Any
 from regionfed.data.federation import Federation
 from regionfed.data.images import ImageDataset
 from regionfed.data.queries import QueryDataset
+from regionfed.data.text import TextDataset
 from regionfed.errors import ConfigError
 from regionfed.models.cnn import CNNConfig
 from regionfed.models.image_task import ImageClassificationTask
+from regionfed.models.minilm import MiniLMConfig
 from regionfed.models.query_task import QueryTask
+from regionfed.models.t5 import T5ModelConfig
 from regionfed.models.tasks import Task
 from regionfed.models.tiny import TinyConfig
 
-MODELS = ("tiny", "cnn")
+MODELS = ("tiny", "t5-tiny", "t5-small", "minilm", "cnn")
 
 
 def build_task(model_config: Any, federation: Federation) -> Task:
-    if isinstance(model_config, TinyConfig):
+    if isinstance(model_config, TinyConfig | T5ModelConfig | MiniLMConfig):
+        if isinstance(model_config, TinyConfig) and isinstance(federation.clients[0].train,
+                                                               TextDataset):
+            return _text_classification_task(model_config, federation)
         if not isinstance(federation.clients[0].train, QueryDataset):
-            raise ConfigError("the tiny model needs a query dataset (esci-synth, esci)")
-        vocabulary = federation.meta.get("vocabulary")
-        if not vocabulary:
-            # no public word list shipped with the data: fall back to the training targets
-            vocabulary = sorted({w for c in federation.clients for t in c.train.targets
-                                 for w in t})
+            raise ConfigError(f"the {model_config.name} model needs a query dataset "
+                              "(esci-synth, esci)")
+        vocabulary = _query_vocabulary(federation)
+        if isinstance(model_config, T5ModelConfig):
+            from regionfed.models.t5_task import T5QueryTask
+
+            return T5QueryTask(vocabulary, model_config)
+        if isinstance(model_config, MiniLMConfig):
+            from regionfed.models.minilm_task import MiniLMQueryTask
+
+            return MiniLMQueryTask(vocabulary, model_config)
         return QueryTask(vocabulary, model_config)
     if isinstance(model_config, CNNConfig):
         if not isinstance(federation.clients[0].train, ImageDataset):
@@ -34,3 +45,23 @@ def build_task(model_config: Any, federation: Federation) -> Task:
                                        model_config)
     raise ConfigError(f"unknown model config {type(model_config).__name__}; known: "
                       f"{', '.join(MODELS)}")
+
+
+def _query_vocabulary(federation: Federation) -> list[str]:
+    """The public word list shipped with the data, else the training targets' words."""
+    vocabulary = federation.meta.get("vocabulary")
+    if vocabulary:
+        return list(vocabulary)
+    return sorted({w for c in federation.clients for t in c.train.targets for w in t})
+
+
+def _text_classification_task(config: TinyConfig, federation: Federation) -> Task:
+    """``tiny`` on text classification (reviews): classes and text length from ``meta``
+    (``num_classes``, ``max_tokens``), else from the data of every split."""
+    from regionfed.models.text_classification_task import TextClassificationTask
+
+    splits = [c.split(s) for c in federation.clients for s in ("train", "val", "test")]
+    num_classes = federation.meta.get("num_classes") or \
+        1 + max(int(d.label.max()) for d in splits if len(d))
+    max_len = federation.meta.get("max_tokens") or max(len(t) for d in splits for t in d.tokens)
+    return TextClassificationTask(int(num_classes), config, max_len=int(max_len))

@@ -106,11 +106,11 @@ class TinyQueryModel(nn.Module):
         return self.ngram_embedding(ngrams).sum(-2) / count
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``batch["form_ngrams"]`` (U, G) are the batch's distinct words; ``tok_form`` (B, L)
+        """``batch["form_features"]`` (U, G) are the batch's distinct words; ``tok_form`` (B, L)
         and ``cand_form`` (B, L, K) index into them (each distinct word embedded once)."""
         mask = batch["mask"]  # (B, L) bool
         n = mask.shape[1]
-        words = self.embed_words(batch["form_ngrams"])  # (U, d)
+        words = self.embed_words(batch["form_features"])  # (U, d)
         x = words[batch["tok_form"]] + self.position[:n]
         for layer in self.layers:
             x = layer(x, mask)

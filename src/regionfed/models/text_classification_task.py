@@ -1,0 +1,233 @@
+"""Single-label text classification (e.g. review sentiment) for the ``tiny`` architecture.
+
+:class:`TinyTextClassifier` reuses the pieces of :mod:`regionfed.models.tiny`: every word is
+the mean of its hashed character n-gram vectors (:func:`word_ngram_ids`), plus a learned
+position vector; pre-LayerNorm :class:`~regionfed.models.tiny.EncoderLayer` s; masked mean
+pooling; a linear head over the classes. Sizes come from :class:`TinyConfig`
+(``spell_candidates`` is unused). The metric is accuracy, reported as ``overall`` (and
+``accuracy``). Texts longer than ``max_len`` tokens are cut to their first ``max_len``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from regionfed.data.text import TextDataset
+from regionfed.errors import DataError
+from regionfed.models.tasks import Batch, Task, minibatch_indices
+from regionfed.models.text_features import word_ngram_ids
+from regionfed.models.tiny import EncoderLayer, TinyConfig
+
+IGNORE = -100
+
+
+class TinyTextClassifier(nn.Module):
+    """``forward(batch)`` → class logits (B, C). ``batch["form_ngrams"]`` (U, G) are the
+    batch's distinct words, ``tok_form`` (B, L) indexes into them, ``mask`` (B, L) marks real
+    tokens."""
+
+    def __init__(self, config: TinyConfig, num_classes: int, max_len: int) -> None:
+        super().__init__()
+        d = config.dim
+        self.ngram_embedding = nn.Embedding(config.ngram_buckets, d, padding_idx=0)
+        self.position = nn.Parameter(torch.randn(max_len, d) * 0.02)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d, config.heads, config.ffn_dim) for _ in range(config.layers))
+        self.final_norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, num_classes)
+        with torch.no_grad():
+            nn.init.normal_(self.ngram_embedding.weight, std=0.1)
+            self.ngram_embedding.weight[0].zero_()  # the padding bucket stays zero
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        mask = batch["mask"]
+        ngrams = batch["form_ngrams"]
+        count = (ngrams != 0).sum(-1, keepdim=True).clamp(min=1)
+        words = self.ngram_embedding(ngrams).sum(-2) / count  # (U, d)
+        x = words[batch["tok_form"]] + self.position[:mask.shape[1]]
+        for layer in self.layers:
+            x = layer(x, mask)
+        x = self.final_norm(x)
+        weights = mask.to(x.dtype)
+        pooled = (x * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1.0)
+        return self.head(pooled)
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        """Declared groups: ``head`` (the classifier) and ``attention`` (Q/K/V projections)."""
+        names = [name for name, _ in self.named_parameters()]
+        attention = [n for n in names if any(f".attn.{p}_proj." in n for p in "qkv")]
+        return {"head": ["head.weight", "head.bias"], "attention": attention}
+
+
+@dataclass(frozen=True)
+class PreparedTexts:
+    length: torch.Tensor  # (N,)
+    tok_forms: torch.Tensor  # (N, L) form ids, 0 = padding
+    label: torch.Tensor  # (N,) long
+    weight: torch.Tensor  # (N,) float
+
+    def __len__(self) -> int:
+        return int(self.length.shape[0])
+
+
+class TextClassificationTask(Task):
+    """Class labels of :class:`TextDataset` splits, solved by :class:`TinyTextClassifier`."""
+
+    metric_names = ("overall", "accuracy")
+    # stacking pads rows with weight 0 and label IGNORE, token columns with mask False (out
+    # of attention and pooling) and forms with all-zero n-grams (referenced by no real token)
+    batch_fill_values = {"label": IGNORE}
+
+    def __init__(self, num_classes: int, config: TinyConfig | None = None,
+                 max_len: int = 64) -> None:
+        if num_classes < 2:
+            raise DataError(f"text classification needs at least 2 classes, got {num_classes}")
+        self.num_classes = num_classes
+        self.config = config or TinyConfig()
+        self.max_len = max_len
+        self._form_ids: dict[str, int] = {"": 0}
+        self._form_ngrams: list[list[int]] = [[0] * self.config.max_ngrams]
+        self._ngram_table: torch.Tensor | None = None
+        self._prepared: dict[tuple[int, bool], tuple[TextDataset, PreparedTexts]] = {}
+
+    # -- featurisation -------------------------------------------------------------------
+    def _form(self, word: str) -> int:
+        fid = self._form_ids.get(word)
+        if fid is None:
+            fid = len(self._form_ngrams)
+            self._form_ids[word] = fid
+            self._form_ngrams.append(
+                word_ngram_ids(word, self.config.ngram_buckets, self.config.max_ngrams))
+            self._ngram_table = None
+        return fid
+
+    @property
+    def ngram_table(self) -> torch.Tensor:
+        """(forms, G) n-gram ids of every word seen so far; row 0 is the padding form."""
+        if self._ngram_table is None:
+            self._ngram_table = torch.tensor(self._form_ngrams, dtype=torch.long)
+        return self._ngram_table
+
+    def prepare(self, dataset: TextDataset, training: bool) -> PreparedTexts:
+        """Form ids of the first ``max_len`` tokens, labels and unit weights (cached per
+        dataset object)."""
+        key = (id(dataset), training)
+        hit = self._prepared.get(key)
+        if hit is not None and hit[0] is dataset:
+            return hit[1]
+        n = len(dataset)
+        if n and int(dataset.label.max()) >= self.num_classes:
+            raise DataError(f"text label {int(dataset.label.max())} is out of range for "
+                            f"{self.num_classes} classes")
+        tok = np.zeros((n, self.max_len), np.int64)
+        lens = np.zeros(n, np.int64)
+        for i, words in enumerate(dataset.tokens):
+            words = words[:self.max_len]
+            lens[i] = len(words)
+            tok[i, :len(words)] = [self._form(w) for w in words]
+        prepared = PreparedTexts(torch.from_numpy(lens), torch.from_numpy(tok),
+                                 torch.as_tensor(dataset.label, dtype=torch.long),
+                                 torch.ones(n))
+        self._prepared[key] = (dataset, prepared)
+        return prepared
+
+    def num_examples(self, prepared: PreparedTexts) -> int:
+        return len(prepared)
+
+    def weighted(self, prepared: PreparedTexts, weight: torch.Tensor) -> PreparedTexts:
+        if weight.shape != (len(prepared),):
+            raise ValueError(f"need one weight per example ({len(prepared)})")
+        return PreparedTexts(prepared.length, prepared.tok_forms, prepared.label,
+                             weight.to(torch.float32))
+
+    def concat_prepared(self, parts: list[PreparedTexts]) -> PreparedTexts:
+        return PreparedTexts(*(torch.cat([getattr(p, f) for p in parts])
+                               for f in ("length", "tok_forms", "label", "weight")))
+
+    def make_batch(self, prepared: PreparedTexts, index: torch.Tensor) -> Batch:
+        """The examples at ``index``, cut to their longest text; each distinct word's
+        n-grams once (``form_ngrams``), ``tok_form`` indexing into them."""
+        width = max(1, int(prepared.length[index].max())) if len(index) else 1
+        tok = prepared.tok_forms[index, :width]
+        forms, inverse = torch.unique(tok.reshape(-1), return_inverse=True)
+        return {"mask": tok != 0, "form_ngrams": self.ngram_table[forms],
+                "tok_form": inverse.view_as(tok), "label": prepared.label[index],
+                "weight": prepared.weight[index]}
+
+    def batches(self, prepared: PreparedTexts, batch_size: int,
+                generator: torch.Generator | None) -> Iterator[Batch]:
+        for index in minibatch_indices(len(prepared), batch_size, generator):
+            yield self.make_batch(prepared, index)
+
+    # -- model, loss, prediction ---------------------------------------------------------
+    def build_model(self, seed: int) -> nn.Module:
+        torch.manual_seed(seed)
+        return TinyTextClassifier(self.config, self.num_classes, self.max_len)
+
+    def batch_size_of(self, batch: Batch) -> int:
+        return int(batch["label"].shape[0])
+
+    def example_losses(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Cross-entropy per example (0 for padding rows)."""
+        return F.cross_entropy(model(batch), batch["label"], ignore_index=IGNORE,
+                               reduction="none")
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Weighted mean cross-entropy over the real (non-padding) examples."""
+        losses = self.example_losses(model, batch)
+        weight = batch["weight"] * (batch["label"] != IGNORE)
+        return (losses * weight).sum() / weight.sum().clamp(min=1e-12)
+
+    def predict(self, model: nn.Module, dataset: TextDataset) -> np.ndarray:
+        return self.predict_ensemble([model], [1.0], dataset)
+
+    @torch.no_grad()
+    def predict_ensemble(self, models: list[nn.Module], weights: list[float],
+                         dataset: TextDataset) -> np.ndarray:
+        """Paper Eq. 17: argmax_c Σ_s w_s P_s(y = c | x) (one member: its argmax)."""
+        if not models or len(models) != len(weights):
+            raise ValueError("need one weight per model and at least one model")
+        prepared = self.prepare(dataset, training=False)
+        modes = [m.training for m in models]
+        for m in models:
+            m.eval()
+        out = []
+        for batch in self.batches(prepared, 512, None):
+            if len(models) == 1:
+                scores = models[0](batch)
+            else:
+                scores = sum(w * torch.softmax(m(batch), -1)
+                             for w, m in zip(weights, models, strict=True))
+            out.append(scores.argmax(-1).numpy())
+        for m, mode in zip(models, modes, strict=True):
+            m.train(mode)
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def score(self, predictions: np.ndarray, dataset: TextDataset) -> dict[str, float]:
+        if len(dataset) != len(predictions):
+            raise ValueError(f"{len(predictions)} predictions for {len(dataset)} examples")
+        accuracy = float(np.mean(predictions == dataset.label)) if len(dataset) else 0.0
+        return {"overall": accuracy, "accuracy": accuracy}
+
+    def concat_predictions(self, parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def split_predictions(self, predictions: np.ndarray, sizes: list[int]
+                          ) -> list[np.ndarray]:
+        if sum(sizes) != len(predictions):
+            raise ValueError(f"sizes sum to {sum(sizes)}, predictions hold {len(predictions)}")
+        return np.split(predictions, np.cumsum(sizes)[:-1])
+
+    def reference_predictions(self, train: TextDataset, dataset: TextDataset) -> np.ndarray:
+        """``majority``: the most frequent training label (lowest on ties) for every text."""
+        majority = int(np.bincount(train.label, minlength=self.num_classes).argmax())
+        return np.full(len(dataset), majority, dtype=np.int64)
+
+    def labels(self, dataset: TextDataset) -> np.ndarray:
+        return np.asarray(dataset.label)
