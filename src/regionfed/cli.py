@@ -50,6 +50,7 @@ FLAG_KEYS = {
     "dp_delta": "dp.delta",
     "target_epsilon": "training.target_epsilon",
     "init_from": "model.init_from",
+    "device": "training.device",
 }
 
 EXAMPLES = """examples:
@@ -114,6 +115,8 @@ def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) 
     p.add_argument("--target-epsilon", type=float, metavar="EPS",
                    help="stop before ε (PLD) would exceed EPS")
     p.add_argument("--runtime", choices=["inprocess"], help="runtime (default inprocess)")
+    p.add_argument("--device", metavar="DEV",
+                   help="where models compute: cpu (default), cuda, cuda:N, or auto")
     p.add_argument("--name", help="run name (output folder runs/<name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. data.regional_bias=0.5 (repeatable)")

@@ -48,6 +48,9 @@ class TrainingConfig(BaseModel):
     #: clients per batched computation (bounds memory: each holds its own parameters and
     #: optimizer state)
     max_batched_clients: int = Field(64, ge=1)
+    #: where models compute: cpu, cuda, cuda:N, or auto (a GPU when PyTorch sees one);
+    #: strategies always hold CPU vectors (:mod:`regionfed.runtime.device`)
+    device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:\d+)?)$")
 
 
 class BaselinesConfig(BaseModel):

@@ -128,7 +128,7 @@ def test_padding_a_batch_leaves_the_loss_unchanged(task, clients):
     stacked, active = stack_batches([small, big, None], task.batch_fill_values)
     assert active.tolist() == [True, True, False]
     padded = {key: value[0] for key, value in stacked.items()}
-    for key in ("label", "mask", "form_ngrams"):  # really padded: rows, columns, forms
+    for key in ("label", "mask", "form_features"):  # really padded: rows, columns, forms
         assert padded[key].shape[0] > small[key].shape[0]
     assert (padded["label"][len(small["label"]):] == IGNORE).all()
     torch.testing.assert_close(task.loss(model, padded), task.loss(model, small),

@@ -26,8 +26,13 @@ def flat_parameters(model: nn.Module) -> torch.Tensor:
 def proximal_term(anchor: torch.Tensor, mu: float):
     """``model ↦ (μ/2)·‖θ(model) − anchor‖²`` over all parameters (flat order)."""
 
+    placed = {anchor.device: anchor}  # the anchor on the model's device, copied once
+
     def term(model: nn.Module) -> torch.Tensor:
-        return 0.5 * mu * (flat_parameters(model) - anchor).pow(2).sum()
+        theta = flat_parameters(model)
+        if theta.device not in placed:
+            placed[theta.device] = anchor.to(theta.device)
+        return 0.5 * mu * (theta - placed[theta.device]).pow(2).sum()
 
     return term
 

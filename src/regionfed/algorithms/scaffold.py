@@ -91,7 +91,11 @@ class _ControlTerm:
 
     def __call__(self, model: nn.Module) -> torch.Tensor:
         self.calls += 1
-        return torch.dot(flat_parameters(model) - self.anchor, self.correction)
+        theta = flat_parameters(model)
+        if self.anchor.device != theta.device:  # the model is on an accelerator: move once
+            self.anchor = self.anchor.to(theta.device)
+            self.correction = self.correction.to(theta.device)
+        return torch.dot(theta - self.anchor, self.correction)
 
 
 class Scaffold(FedAvg):

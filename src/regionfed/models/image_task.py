@@ -18,7 +18,7 @@ from torch import nn
 
 from regionfed.data.images import ImageDataset
 from regionfed.models.cnn import CNNConfig, FemnistCNN
-from regionfed.models.tasks import Batch, Task, minibatch_indices
+from regionfed.models.tasks import Batch, ClassificationTask, device_of, minibatch_indices
 
 IGNORE = -100
 
@@ -33,8 +33,7 @@ class PreparedImages:
         return len(self.label)
 
 
-class ImageClassificationTask(Task):
-    metric_names = ("overall", "accuracy")
+class ImageClassificationTask(ClassificationTask):
     batch_fill_values = {"label": IGNORE}
 
     def __init__(self, num_classes: int, config: CNNConfig | None = None) -> None:
@@ -86,27 +85,11 @@ class ImageClassificationTask(Task):
         was_training = model.training
         model.eval()
         prepared = self.prepare(dataset, training=False)
-        out = [model({"image": prepared.image[i:i + 512]}).argmax(-1)
+        device = device_of(model)
+        out = [model({"image": prepared.image[i:i + 512].to(device)}).argmax(-1).cpu()
                for i in range(0, len(prepared), 512)]
         model.train(was_training)
         return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.int64)
-
-    def score(self, predictions: np.ndarray, dataset: ImageDataset) -> dict[str, float]:
-        if len(dataset) != len(predictions):
-            raise ValueError(f"{len(predictions)} predictions for {len(dataset)} examples")
-        accuracy = float(np.mean(predictions == dataset.labels)) if len(dataset) else 0.0
-        return {"overall": accuracy, "accuracy": accuracy}
-
-    def concat_predictions(self, parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-    def split_predictions(self, predictions: np.ndarray, sizes: list[int]
-                          ) -> list[np.ndarray]:
-        return np.split(predictions, np.cumsum(sizes)[:-1])
-
-    def reference_predictions(self, train: ImageDataset, dataset: ImageDataset) -> np.ndarray:
-        majority = np.bincount(train.labels, minlength=self.num_classes).argmax()
-        return np.full(len(dataset), majority)
 
     def labels(self, dataset: ImageDataset) -> np.ndarray:
         return dataset.labels

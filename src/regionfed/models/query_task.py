@@ -22,8 +22,13 @@ from torch import nn
 from regionfed import metrics
 from regionfed.data.queries import INTENTS, MAX_TOKENS, NER_TAGS, QueryDataset
 from regionfed.errors import DataError
-from regionfed.models.tasks import Batch, Task, minibatch_indices
-from regionfed.models.text_features import SpellCandidates, deletion_distance, word_ngram_ids
+from regionfed.models.tasks import Batch, Task, device_of, minibatch_indices, to_device
+from regionfed.models.text_features import (
+    FormTable,
+    SpellCandidates,
+    deletion_distance,
+    word_ngram_ids,
+)
 from regionfed.models.tiny import NUM_DISTANCE_BUCKETS, TinyConfig, TinyQueryModel
 
 IGNORE = -100
@@ -128,9 +133,7 @@ class QueryTask(QueryUnderstanding):
         self.config = config or TinyConfig()
         self.max_len = max_len
         self.candidates = SpellCandidates(vocabulary, k=self.config.spell_candidates)
-        self._form_ids: dict[str, int] = {"": 0}
-        self._form_features: list[list[int]] = [[0] * self.feature_width]
-        self._feature_table: torch.Tensor | None = None
+        self.forms = FormTable(self.word_features, self.feature_width)
         self._cand_cache: dict[str, tuple[list[int], list[int], list[str]]] = {}
         self._prepared: dict[tuple[int, bool], tuple[QueryDataset, PreparedQueries]] = {}
 
@@ -145,26 +148,11 @@ class QueryTask(QueryUnderstanding):
         with 0 to :attr:`feature_width`; row 0 of the table (all 0) is the padding word."""
         return word_ngram_ids(word, self.config.ngram_buckets, self.config.max_ngrams)
 
-    def _form(self, word: str) -> int:
-        fid = self._form_ids.get(word)
-        if fid is None:
-            fid = len(self._form_features)
-            self._form_ids[word] = fid
-            self._form_features.append(self.word_features(word))
-            self._feature_table = None
-        return fid
-
-    @property
-    def feature_table(self) -> torch.Tensor:
-        if self._feature_table is None:
-            self._feature_table = torch.tensor(self._form_features, dtype=torch.long)
-        return self._feature_table
-
     def _candidates_of(self, form: str) -> tuple[list[int], list[int], list[str]]:
         hit = self._cand_cache.get(form)
         if hit is None:
             ranked = self.candidates(form)
-            hit = ([self._form(w) for w, _ in ranked], [d for _, d in ranked],
+            hit = ([self.forms.id(w) for w, _ in ranked], [d for _, d in ranked],
                    [w for w, _ in ranked])
             self._cand_cache[form] = hit
         return hit
@@ -187,7 +175,7 @@ class QueryTask(QueryUnderstanding):
                 raise DataError(f"query {i} has {len(words)} tokens; the model takes {length}")
             lens[i] = len(words)
             for j, (word, target, tag) in enumerate(zip(words, targets, tags, strict=True)):
-                tok[i, j] = self._form(word)
+                tok[i, j] = self.forms.id(word)
                 ner[i, j] = TAG_INDEX[tag]
                 ids, dists, names = self._candidates_of(word)
                 slots = list(ids)
@@ -196,7 +184,7 @@ class QueryTask(QueryUnderstanding):
                     gold[i, j] = names.index(target)
                 elif training:  # keep the loss defined: the gold word takes the last slot
                     slot = min(len(slots), k - 1)
-                    slots = slots[:slot] + [self._form(target)]
+                    slots = slots[:slot] + [self.forms.id(target)]
                     dvals = dvals[:slot] + [min(deletion_distance(word, target),
                                                 NUM_DISTANCE_BUCKETS - 1)]
                     gold[i, j] = slot
@@ -232,7 +220,7 @@ class QueryTask(QueryUnderstanding):
                                       return_inverse=True)
         return {
             "mask": tok != 0,
-            "form_features": self.feature_table[forms],
+            "form_features": self.forms.table[forms],
             "tok_form": inverse[:tok.numel()].view_as(tok),
             "cand_form": inverse[tok.numel():].view_as(cand),
             "cand_mask": cand != 0,
@@ -279,17 +267,18 @@ class QueryTask(QueryUnderstanding):
             m.eval()
         intents, ner, spell = [], [], []
         offset = 0
+        device = device_of(models[0])
         for batch in self.batches(prepared, 512, None):
-            outs = [m(batch) for m in models]
+            outs = [m(to_device(batch, device)) for m in models]
             if len(models) == 1:
                 scores = outs[0]
             else:
                 scores = {key: sum(w * torch.softmax(o[key], -1)
                                    for w, o in zip(weights, outs, strict=True))
                           for key in ("intent", "ner", "spell")}
-            intents.append(scores["intent"].argmax(-1).numpy())
-            ner_ids = scores["ner"].argmax(-1).numpy()
-            slot = scores["spell"].argmax(-1).numpy()
+            intents.append(scores["intent"].argmax(-1).cpu().numpy())
+            ner_ids = scores["ner"].argmax(-1).cpu().numpy()
+            slot = scores["spell"].argmax(-1).cpu().numpy()
             for b in range(ner_ids.shape[0]):
                 words = dataset.tokens[offset + b]
                 ner.append([NER_TAGS[t] for t in ner_ids[b, :len(words)]])

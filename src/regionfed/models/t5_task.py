@@ -39,7 +39,7 @@ from regionfed.models.t5 import (
     load_pretrained_tokenizer,
     train_tokenizer,
 )
-from regionfed.models.tasks import Batch, minibatch_indices
+from regionfed.models.tasks import Batch, device_of, minibatch_indices
 
 PREFIXES = ("intent", "spell", "ner")
 UNPARSEABLE_TAG = "B-UNPARSEABLE"
@@ -202,8 +202,8 @@ class T5QueryTask(QueryUnderstanding):
             m.eval()
         texts: list[str] = []
         for batch in self.batches(prepared, 128, None):
-            ids = greedy_decode(models, weights, batch["source"],
-                                self.config.max_target_tokens)
+            ids = greedy_decode(models, weights, batch["source"].to(device_of(models[0])),
+                                self.config.max_target_tokens).cpu()
             texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         for m, mode in zip(models, modes, strict=True):
             m.train(mode)
@@ -233,9 +233,10 @@ def greedy_decode(models: list[nn.Module], weights: list[float], source: torch.T
     encoded = [m.get_encoder()(input_ids=source, attention_mask=mask) for m in models]
     config = models[0].config
     rows = source.shape[0]
-    decoded = torch.full((rows, 1), config.decoder_start_token_id, dtype=torch.long)
+    decoded = torch.full((rows, 1), config.decoder_start_token_id, dtype=torch.long,
+                         device=source.device)
     caches: list = [None] * len(models)
-    done = torch.zeros(rows, dtype=torch.bool)
+    done = torch.zeros(rows, dtype=torch.bool, device=source.device)
     for _ in range(max_tokens):
         scores = None
         for s, model in enumerate(models):

@@ -20,6 +20,18 @@ from torch import nn
 Batch = dict[str, torch.Tensor]
 
 
+def device_of(model: nn.Module) -> torch.device:
+    """Where ``model``'s parameters live (batches are moved there before a forward pass)."""
+    return next(model.parameters()).device
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """``batch`` with every tensor on ``device`` (the batch itself when it is the CPU)."""
+    if device.type == "cpu":
+        return batch
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
 def minibatch_indices(n: int, batch_size: int, generator: torch.Generator | None
                       ) -> Iterator[torch.Tensor]:
     """Index tensors of consecutive mini-batches over ``n`` examples, in a random order drawn
@@ -119,3 +131,31 @@ class Task(ABC):
         """Named parameter groups the model declares (e.g. ``head``, ``attention``)."""
         declare = getattr(model, "parameter_groups", None)
         return declare() if callable(declare) else {}
+
+
+class ClassificationTask(Task):
+    """One class label per example (:meth:`labels`), scored by accuracy, reported as
+    ``overall`` too; predictions are label arrays."""
+
+    metric_names = ("overall", "accuracy")
+
+    def score(self, predictions: np.ndarray, dataset: Any) -> dict[str, float]:
+        gold = self.labels(dataset)
+        if len(gold) != len(predictions):
+            raise ValueError(f"{len(predictions)} predictions for {len(gold)} examples")
+        accuracy = float(np.mean(predictions == gold)) if len(gold) else 0.0
+        return {"overall": accuracy, "accuracy": accuracy}
+
+    def concat_predictions(self, parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def split_predictions(self, predictions: np.ndarray, sizes: list[int]
+                          ) -> list[np.ndarray]:
+        if sum(sizes) != len(predictions):
+            raise ValueError(f"sizes sum to {sum(sizes)}, predictions hold {len(predictions)}")
+        return np.split(predictions, np.cumsum(sizes)[:-1])
+
+    def reference_predictions(self, train: Any, dataset: Any) -> np.ndarray:
+        """``majority``: the most frequent training label (lowest on ties) for every example."""
+        counts = np.bincount(self.labels(train), minlength=self.num_classes)
+        return np.full(len(self.labels(dataset)), int(counts.argmax()), dtype=np.int64)

@@ -20,15 +20,21 @@ from torch import nn
 
 from regionfed.data.text import TextDataset
 from regionfed.errors import DataError
-from regionfed.models.tasks import Batch, Task, minibatch_indices
-from regionfed.models.text_features import word_ngram_ids
-from regionfed.models.tiny import EncoderLayer, TinyConfig
+from regionfed.models.tasks import (
+    Batch,
+    ClassificationTask,
+    device_of,
+    minibatch_indices,
+    to_device,
+)
+from regionfed.models.text_features import FormTable, word_ngram_ids
+from regionfed.models.tiny import EncoderLayer, TinyConfig, mean_ngram_embedding
 
 IGNORE = -100
 
 
 class TinyTextClassifier(nn.Module):
-    """``forward(batch)`` → class logits (B, C). ``batch["form_ngrams"]`` (U, G) are the
+    """``forward(batch)`` → class logits (B, C). ``batch["form_features"]`` (U, G) are the
     batch's distinct words, ``tok_form`` (B, L) indexes into them, ``mask`` (B, L) marks real
     tokens."""
 
@@ -47,9 +53,7 @@ class TinyTextClassifier(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         mask = batch["mask"]
-        ngrams = batch["form_ngrams"]
-        count = (ngrams != 0).sum(-1, keepdim=True).clamp(min=1)
-        words = self.ngram_embedding(ngrams).sum(-2) / count  # (U, d)
+        words = mean_ngram_embedding(self.ngram_embedding, batch["form_features"])  # (U, d)
         x = words[batch["tok_form"]] + self.position[:mask.shape[1]]
         for layer in self.layers:
             x = layer(x, mask)
@@ -76,10 +80,9 @@ class PreparedTexts:
         return int(self.length.shape[0])
 
 
-class TextClassificationTask(Task):
+class TextClassificationTask(ClassificationTask):
     """Class labels of :class:`TextDataset` splits, solved by :class:`TinyTextClassifier`."""
 
-    metric_names = ("overall", "accuracy")
     # stacking pads rows with weight 0 and label IGNORE, token columns with mask False (out
     # of attention and pooling) and forms with all-zero n-grams (referenced by no real token)
     batch_fill_values = {"label": IGNORE}
@@ -91,29 +94,12 @@ class TextClassificationTask(Task):
         self.num_classes = num_classes
         self.config = config or TinyConfig()
         self.max_len = max_len
-        self._form_ids: dict[str, int] = {"": 0}
-        self._form_ngrams: list[list[int]] = [[0] * self.config.max_ngrams]
-        self._ngram_table: torch.Tensor | None = None
+        self.forms = FormTable(
+            lambda word: word_ngram_ids(word, self.config.ngram_buckets, self.config.max_ngrams),
+            self.config.max_ngrams)
         self._prepared: dict[tuple[int, bool], tuple[TextDataset, PreparedTexts]] = {}
 
     # -- featurisation -------------------------------------------------------------------
-    def _form(self, word: str) -> int:
-        fid = self._form_ids.get(word)
-        if fid is None:
-            fid = len(self._form_ngrams)
-            self._form_ids[word] = fid
-            self._form_ngrams.append(
-                word_ngram_ids(word, self.config.ngram_buckets, self.config.max_ngrams))
-            self._ngram_table = None
-        return fid
-
-    @property
-    def ngram_table(self) -> torch.Tensor:
-        """(forms, G) n-gram ids of every word seen so far; row 0 is the padding form."""
-        if self._ngram_table is None:
-            self._ngram_table = torch.tensor(self._form_ngrams, dtype=torch.long)
-        return self._ngram_table
-
     def prepare(self, dataset: TextDataset, training: bool) -> PreparedTexts:
         """Form ids of the first ``max_len`` tokens, labels and unit weights (cached per
         dataset object)."""
@@ -130,7 +116,7 @@ class TextClassificationTask(Task):
         for i, words in enumerate(dataset.tokens):
             words = words[:self.max_len]
             lens[i] = len(words)
-            tok[i, :len(words)] = [self._form(w) for w in words]
+            tok[i, :len(words)] = [self.forms.id(w) for w in words]
         prepared = PreparedTexts(torch.from_numpy(lens), torch.from_numpy(tok),
                                  torch.as_tensor(dataset.label, dtype=torch.long),
                                  torch.ones(n))
@@ -152,11 +138,11 @@ class TextClassificationTask(Task):
 
     def make_batch(self, prepared: PreparedTexts, index: torch.Tensor) -> Batch:
         """The examples at ``index``, cut to their longest text; each distinct word's
-        n-grams once (``form_ngrams``), ``tok_form`` indexing into them."""
+        n-grams once (``form_features``), ``tok_form`` indexing into them."""
         width = max(1, int(prepared.length[index].max())) if len(index) else 1
         tok = prepared.tok_forms[index, :width]
         forms, inverse = torch.unique(tok.reshape(-1), return_inverse=True)
-        return {"mask": tok != 0, "form_ngrams": self.ngram_table[forms],
+        return {"mask": tok != 0, "form_features": self.forms.table[forms],
                 "tok_form": inverse.view_as(tok), "label": prepared.label[index],
                 "weight": prepared.weight[index]}
 
@@ -198,36 +184,18 @@ class TextClassificationTask(Task):
         for m in models:
             m.eval()
         out = []
+        device = device_of(models[0])
         for batch in self.batches(prepared, 512, None):
+            batch = to_device(batch, device)
             if len(models) == 1:
                 scores = models[0](batch)
             else:
                 scores = sum(w * torch.softmax(m(batch), -1)
                              for w, m in zip(weights, models, strict=True))
-            out.append(scores.argmax(-1).numpy())
+            out.append(scores.argmax(-1).cpu().numpy())
         for m, mode in zip(models, modes, strict=True):
             m.train(mode)
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-
-    def score(self, predictions: np.ndarray, dataset: TextDataset) -> dict[str, float]:
-        if len(dataset) != len(predictions):
-            raise ValueError(f"{len(predictions)} predictions for {len(dataset)} examples")
-        accuracy = float(np.mean(predictions == dataset.label)) if len(dataset) else 0.0
-        return {"overall": accuracy, "accuracy": accuracy}
-
-    def concat_predictions(self, parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-    def split_predictions(self, predictions: np.ndarray, sizes: list[int]
-                          ) -> list[np.ndarray]:
-        if sum(sizes) != len(predictions):
-            raise ValueError(f"sizes sum to {sum(sizes)}, predictions hold {len(predictions)}")
-        return np.split(predictions, np.cumsum(sizes)[:-1])
-
-    def reference_predictions(self, train: TextDataset, dataset: TextDataset) -> np.ndarray:
-        """``majority``: the most frequent training label (lowest on ties) for every text."""
-        majority = int(np.bincount(train.label, minlength=self.num_classes).argmax())
-        return np.full(len(dataset), majority, dtype=np.int64)
 
     def labels(self, dataset: TextDataset) -> np.ndarray:
         return np.asarray(dataset.label)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
 
 PAD_NGRAM = 0  # bucket 0 is reserved for padding
 
@@ -85,6 +87,33 @@ class SpellCandidates:
         ranked = sorted(best.items(), key=lambda wd: (wd[1], wd[0]))[: self.k]
         self._cache[form] = ranked
         return ranked
+
+
+class FormTable:
+    """Distinct surface forms (words) → ids, with one feature-id row per form (``features``,
+    padded to ``width``); id 0 is the padding form, whose row is all 0."""
+
+    def __init__(self, features: Callable[[str], list[int]], width: int) -> None:
+        self._features = features
+        self._ids: dict[str, int] = {"": 0}
+        self._rows: list[list[int]] = [[0] * width]
+        self._table: torch.Tensor | None = None
+
+    def id(self, word: str) -> int:
+        fid = self._ids.get(word)
+        if fid is None:
+            fid = len(self._rows)
+            self._ids[word] = fid
+            self._rows.append(self._features(word))
+            self._table = None
+        return fid
+
+    @property
+    def table(self) -> torch.Tensor:
+        """(forms, width) feature ids of every form seen so far."""
+        if self._table is None:
+            self._table = torch.tensor(self._rows, dtype=torch.long)
+        return self._table
 
 
 def deletion_distance(a: str, b: str) -> int:

@@ -39,6 +39,13 @@ class TinyConfig(BaseModel):
     spell_candidates: int = Field(10, ge=2)
 
 
+def mean_ngram_embedding(table: nn.Embedding, ngrams: torch.Tensor) -> torch.Tensor:
+    """A word vector = the mean of its non-padding n-gram vectors: ``(..., G)`` ids →
+    ``(..., d)`` (bucket 0 is padding and its row stays zero)."""
+    count = (ngrams != 0).sum(-1, keepdim=True).clamp(min=1)
+    return table(ngrams).sum(-2) / count
+
+
 class EinsumSelfAttention(nn.Module):
     """Multi-head self-attention, softmax(QKᵀ/√d_h)V, with a key padding mask."""
 
@@ -101,9 +108,7 @@ class TinyQueryModel(nn.Module):
             self.ngram_embedding.weight[0].zero_()  # the padding bucket stays zero
 
     def embed_words(self, ngrams: torch.Tensor) -> torch.Tensor:
-        """Mean of the non-padding n-gram vectors: ``(..., G)`` ids → ``(..., d)``."""
-        count = (ngrams != 0).sum(-1, keepdim=True).clamp(min=1)
-        return self.ngram_embedding(ngrams).sum(-2) / count
+        return mean_ngram_embedding(self.ngram_embedding, ngrams)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``batch["form_features"]`` (U, G) are the batch's distinct words; ``tok_form`` (B, L)

@@ -7,6 +7,7 @@ proximal term, Ditto, …) pass an ``extra_loss`` of the current model.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from regionfed.errors import NumericalError
-from regionfed.models.tasks import Task
+from regionfed.models.tasks import Task, device_of, to_device
 from regionfed.runtime.params import set_flat
 
 
@@ -59,8 +60,13 @@ def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any
 
     Switches PyTorch to deterministic kernels (process-wide): the CPU embedding backward
     otherwise accumulates in thread order, and the same seed must give the same run.
+
+    The model may live on an accelerator (``training.device``): ``start`` and the masks are
+    copied there, every batch is moved there, and the result comes back as a CPU vector.
     """
-    torch.use_deterministic_algorithms(True)
+    device = device_of(model)
+    _deterministic(device)
+    start = start.to(device)
     set_flat(model, start)
     params = list(model.parameters())
     sizes = [p.numel() for p in params]
@@ -72,12 +78,13 @@ def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any
         scale, offset = mixing
         leaves = [t.view_as(p).clone().requires_grad_(True)
                   for t, p in zip(start.detach().split(sizes), params, strict=True)]
-        offsets = [t.view_as(p) for t, p in zip(offset.split(sizes), params, strict=True)]
+        offsets = [t.view_as(p) for t, p in zip(offset.to(device).split(sizes), params,
+                                                strict=True)]
         set_flat(model, scale * start + offset)
     # (leaf, frozen entries, their values) for every tensor with a frozen entry
     frozen = []
     if trainable is not None:
-        for leaf, keep, init in zip(leaves, trainable.to(torch.bool).split(sizes),
+        for leaf, keep, init in zip(leaves, trainable.to(device, torch.bool).split(sizes),
                                     start.split(sizes), strict=True):
             if not keep.all():
                 frozen.append((leaf, ~keep.view_as(leaf), init.view_as(leaf).clone()))
@@ -89,7 +96,7 @@ def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any
             if max_steps is not None and steps >= max_steps:
                 break
             model.zero_grad(set_to_none=True)  # mixing leaves get their grad assigned below
-            loss = task.loss(model, batch)
+            loss = task.loss(model, to_device(batch, device))
             if extra_loss is not None:
                 loss = loss + extra_loss(model)
             if not torch.isfinite(loss):
@@ -108,7 +115,7 @@ def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any
             total += float(loss.detach())
             steps += 1
     model.zero_grad(set_to_none=True)
-    out = torch.cat([leaf.detach().reshape(-1) for leaf in leaves]).clone()
+    out = torch.cat([leaf.detach().reshape(-1) for leaf in leaves]).to("cpu", copy=True)
     return out, total / max(steps, 1)
 
 
@@ -120,17 +127,19 @@ def steps_per_epoch(task: Task, prepared: Any, batch_size: int) -> int:
 def mean_gradient(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
                   batch_size: int) -> torch.Tensor:
     """∇ of the mean training loss at ``params`` (one full pass, batches weighted by size)."""
-    torch.use_deterministic_algorithms(True)
+    device = device_of(model)
+    _deterministic(device)
     set_flat(model, params)
     model.train()
     model.zero_grad(set_to_none=True)
     n = task.num_examples(prepared)
     for batch in task.batches(prepared, batch_size, None):
-        (task.loss(model, batch) * (task.batch_size_of(batch) / n)).backward()
+        (task.loss(model, to_device(batch, device)) * (task.batch_size_of(batch) / n)
+         ).backward()
     grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                       for p in model.parameters()])
     model.zero_grad(set_to_none=True)
-    return grad.detach().clone()
+    return grad.detach().to("cpu", copy=True)
 
 
 @torch.no_grad()
@@ -140,7 +149,8 @@ def example_losses(task: Task, model: nn.Module, params: torch.Tensor, prepared:
     set_flat(model, params)
     was_training = model.training
     model.eval()
-    parts = [task.example_losses(model, batch)
+    device = device_of(model)
+    parts = [task.example_losses(model, to_device(batch, device)).cpu()
              for batch in task.batches(prepared, batch_size, None)]
     model.train(was_training)
     return torch.cat(parts) if parts else torch.zeros(0)
@@ -151,3 +161,11 @@ def loss_sum(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
     """(Σ per-example loss, n) of ``params`` on ``prepared``."""
     losses = example_losses(task, model, params, prepared, batch_size)
     return float(losses.sum()), int(losses.numel())
+
+
+def _deterministic(device: torch.device) -> None:
+    """Deterministic kernels; on CUDA, ops without a deterministic kernel only warn (cuBLAS
+    needs its workspace setting, which must precede the first CUDA call)."""
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=device.type != "cpu")

@@ -10,8 +10,10 @@ from regionfed.models.tasks import Task
 
 
 def get_flat(model: nn.Module) -> torch.Tensor:
-    """A detached copy of all parameters as one float vector (``named_parameters`` order)."""
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+    """A detached CPU copy of all parameters as one float vector (``named_parameters``
+    order); strategies only ever hold CPU vectors, whatever device the model is on."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).to(
+        "cpu", copy=True)
 
 
 def set_flat(model: nn.Module, flat: torch.Tensor) -> nn.Module:

@@ -13,6 +13,7 @@ import torch
 from regionfed.config import TrainingConfig
 from regionfed.data.federation import Federation, concat_splits
 from regionfed.models.tasks import Task
+from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator, loggable
 from regionfed.runtime.local_training import train_local
 from regionfed.runtime.params import get_flat, set_flat
@@ -31,7 +32,7 @@ def run_pooled(federation: Federation, task: Task, training: TrainingConfig, see
                reweight_regions: bool = False, evaluator: FederationEvaluator | None = None,
                on_round: RoundCallback | None = None) -> FederatedRun:
     evaluator = evaluator or FederationEvaluator(task, federation)
-    model = task.build_model(seed)
+    model = task.build_model(seed).to(resolve_device(training.device))
     prepared = task.prepare(concat_splits([c.train for c in federation.clients]), training=True)
     if reweight_regions:
         prepared = task.weighted(prepared, region_balancing_weights(federation))

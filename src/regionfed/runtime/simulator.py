@@ -43,6 +43,7 @@ from regionfed.data.federation import ClientData, Federation, concat_splits
 from regionfed.models.tasks import Task
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.batched_training import mean_gradients_batched, train_local_batched
+from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator, loggable
 from regionfed.runtime.local_training import (
     example_losses,
@@ -167,7 +168,8 @@ class Simulator:
         self.training = training
         self.seed = seed
         self.current_round = 0
-        self.model = task.build_model(seed)
+        self.device = resolve_device(training.device)
+        self.model = task.build_model(seed).to(self.device)
         self.evaluator = evaluator or FederationEvaluator(task, federation)
         self._pooled_val: dict[tuple[str, ...], Any] = {}
         self._member_models: list[nn.Module] = []  # scratch models for ensemble members
@@ -203,7 +205,7 @@ class Simulator:
         if not isinstance(params, Ensemble):
             return self.task.predict(set_flat(self.model, params), dataset)
         while len(self._member_models) < len(params.members):
-            self._member_models.append(self.task.build_model(self.seed))
+            self._member_models.append(self.task.build_model(self.seed).to(self.device))
         models = [set_flat(m, p) for m, p in zip(self._member_models[:len(params.members)],
                                                      params.members, strict=True)]
         return self.task.predict_ensemble(models, list(params.weights), dataset)
@@ -212,6 +214,8 @@ class Simulator:
         """``batched``, or ``sequential (<why>)``: how this strategy's clients are trained."""
         if self.training.client_batching == "off":
             return "sequential (client_batching off)"
+        if self.device.type != "cpu":
+            return f"sequential (batching is a CPU optimisation; models on {self.device})"
         if self.task.batch_fill_values is None:
             return f"sequential ({type(self.task).__name__} batches can't be stacked)"
         if type(strategy).client_train is not Strategy.client_train:
