@@ -51,7 +51,8 @@ def test_shared_esci_runs_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "real"  # the es locale has 2 queries: one client per region
     code, stdout, _ = run_cli(capsys, "run", "--dataset", "esci", "--methods",
                               "majority,fedavg", "--rounds", "1", "--quiet", "--out", str(out),
-                              "--clients-per-region", "1", *SMALL_MODEL)
+                              "--clients-per-region", "1", "--set", f"data.path={SHARED}",
+                              *SMALL_MODEL)
     _ran(out, code, stdout, "ner_f1")
 
 
