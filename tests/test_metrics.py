@@ -37,3 +37,29 @@ def test_regional_summary_and_mean_std():
     assert metrics.mean_std([0.5]) == (0.5, 0.0)
     mean, std = metrics.mean_std([1.0, 3.0])
     assert (mean, std) == (2.0, pytest.approx(math.sqrt(2)))
+
+
+def test_additive_counts_reproduce_the_pooled_scores():
+    """Counts summed over parts (clients) give exactly the score of the pooled data: what
+    lets a federated runtime evaluate without moving labels (SPEC §8 micro averages)."""
+    import random
+
+    from regionfed.metrics import (
+        entity_counts,
+        entity_f1,
+        entity_f1_from_counts,
+        token_f1_counts,
+        token_f1_from_counts,
+        token_micro_f1,
+    )
+
+    rng = random.Random(0)
+    tags = ["O", "B-BRAND", "I-BRAND", "B-PRODUCT", "I-PRODUCT"]
+    gold = [[rng.choice(tags) for _ in range(rng.randint(1, 6))] for _ in range(60)]
+    pred = [[t if rng.random() < 0.6 else rng.choice(tags) for t in g] for g in gold]
+    parts = [(pred[i:i + 7], gold[i:i + 7]) for i in range(0, 60, 7)]
+    token = [sum(c) for c in zip(*(token_f1_counts(p, g) for p, g in parts))]
+    entity = [sum(c) for c in zip(*(entity_counts(p, g) for p, g in parts))]
+    assert token_f1_from_counts(*token) == pytest.approx(token_micro_f1(pred, gold), abs=1e-12)
+    assert entity_f1_from_counts(*entity) == pytest.approx(entity_f1(pred, gold), abs=1e-12)
+    assert 0.0 < entity_f1(pred, gold) < 1.0

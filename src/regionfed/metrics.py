@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from seqeval.metrics import f1_score as seqeval_f1
+from seqeval.metrics.sequence_labeling import get_entities
 
 OUTSIDE = "O"
 
@@ -32,18 +33,7 @@ def exact_match(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]
 
 def token_micro_f1(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> float:
     """Token-level micro-F1 over non-``O`` tags (a token counts as correct on an exact tag)."""
-    tp = pred_pos = gold_pos = 0
-    for p_seq, g_seq in zip(predicted, gold, strict=True):
-        if len(p_seq) != len(g_seq):
-            raise ValueError("a predicted tag sequence differs in length from its gold one")
-        for p, g in zip(p_seq, g_seq, strict=True):
-            pred_pos += p != OUTSIDE
-            gold_pos += g != OUTSIDE
-            tp += p == g and g != OUTSIDE
-    if pred_pos == 0 or gold_pos == 0:
-        return 1.0 if pred_pos == gold_pos else 0.0
-    precision, recall = tp / pred_pos, tp / gold_pos
-    return 0.0 if tp == 0 else 2 * precision * recall / (precision + recall)
+    return token_f1_from_counts(*token_f1_counts(predicted, gold))
 
 
 def entity_f1(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> float:
@@ -52,6 +42,46 @@ def entity_f1(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]])
         return 0.0
     return float(seqeval_f1([list(g) for g in gold], [list(p) for p in predicted],
                             zero_division=0))
+
+
+def token_f1_counts(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]
+                    ) -> tuple[int, int, int]:
+    """(true positives, predicted non-``O`` tokens, gold non-``O`` tokens): the additive
+    statistics of :func:`token_micro_f1` (sums over clients give the pooled score)."""
+    tp = pred_pos = gold_pos = 0
+    for p_seq, g_seq in zip(predicted, gold, strict=True):
+        if len(p_seq) != len(g_seq):
+            raise ValueError("a predicted tag sequence differs in length from its gold one")
+        for p, g in zip(p_seq, g_seq, strict=True):
+            pred_pos += p != OUTSIDE
+            gold_pos += g != OUTSIDE
+            tp += p == g and g != OUTSIDE
+    return tp, pred_pos, gold_pos
+
+
+def token_f1_from_counts(tp: float, pred_pos: float, gold_pos: float) -> float:
+    """Token micro-F1 from :func:`token_f1_counts` (1 when neither side tags anything)."""
+    if pred_pos == 0 or gold_pos == 0:
+        return 1.0 if pred_pos == gold_pos else 0.0
+    return 0.0 if tp == 0 else 2 * tp / (pred_pos + gold_pos)
+
+
+def entity_counts(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]
+                  ) -> tuple[int, int, int]:
+    """(true positive, predicted, gold) entity spans under the CoNLL convention (seqeval's
+    span extraction per sequence): the additive statistics of :func:`entity_f1`."""
+    tp = n_pred = n_gold = 0
+    for p_seq, g_seq in zip(predicted, gold, strict=True):
+        p_spans, g_spans = set(get_entities(list(p_seq))), set(get_entities(list(g_seq)))
+        tp += len(p_spans & g_spans)
+        n_pred += len(p_spans)
+        n_gold += len(g_spans)
+    return tp, n_pred, n_gold
+
+
+def entity_f1_from_counts(tp: float, n_pred: float, n_gold: float) -> float:
+    """Entity micro-F1 from :func:`entity_counts` (0 when there is nothing to match)."""
+    return 0.0 if tp == 0 else 2 * tp / (n_pred + n_gold)
 
 
 def overall(scores: Mapping[str, float], keys: Sequence[str]) -> float:

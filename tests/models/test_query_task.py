@@ -122,3 +122,17 @@ def test_split_predictions_inverts_concat():
     assert np.array_equal(again.intent, whole.intent) and again.ner == whole.ner
     with pytest.raises(ValueError, match="sizes sum"):
         task.split_predictions(whole, [5])
+
+
+def test_score_counts_summed_over_clients_equal_the_pooled_score(tiny_federation, tiny_task):
+    """The additive statistics a distributed runtime sends instead of labels."""
+    from regionfed.data.federation import concat_splits
+
+    model = tiny_task.build_model(0)
+    clients = tiny_federation.clients[:3]
+    predictions = [tiny_task.predict(model, c.test) for c in clients]
+    counts = [tiny_task.score_counts(p, c.test) for p, c in zip(predictions, clients)]
+    summed = {k: sum(c[k] for c in counts) for k in counts[0]}
+    pooled = tiny_task.score(tiny_task.concat_predictions(predictions),
+                             concat_splits([c.test for c in clients]))
+    assert tiny_task.score_from_counts(summed) == pytest.approx(pooled)

@@ -83,13 +83,35 @@ class QueryUnderstanding(Task):
         return (self.example_losses(model, batch) * w).sum() / w.sum().clamp(min=1e-12)
 
     def score(self, predictions: QueryPredictions, dataset: QueryDataset) -> dict[str, float]:
+        return self.score_from_counts(self.score_counts(predictions, dataset))
+
+    def score_counts(self, predictions: QueryPredictions, dataset: QueryDataset
+                     ) -> dict[str, float]:
+        """Correct intents and spell queries, token and entity (tp, predicted, gold) counts."""
         if len(predictions) != len(dataset):
             raise ValueError(f"{len(predictions)} predictions for {len(dataset)} examples")
+        tp, pred_pos, gold_pos = metrics.token_f1_counts(predictions.ner, dataset.ner)
+        e_tp, e_pred, e_gold = metrics.entity_counts(predictions.ner, dataset.ner)
+        return {
+            "examples": len(dataset),
+            "intent_correct": int(np.sum(np.asarray(predictions.intent) == dataset.intent)),
+            "spell_correct": sum(list(p) == list(g)
+                                 for p, g in zip(predictions.spell, dataset.targets,
+                                                 strict=True)),
+            "ner_tp": tp, "ner_pred": pred_pos, "ner_gold": gold_pos,
+            "entity_tp": e_tp, "entity_pred": e_pred, "entity_gold": e_gold,
+        }
+
+    def score_from_counts(self, counts: dict[str, float]) -> dict[str, float]:
+        """Intent accuracy, spell exact match, NER token micro-F1 and entity F1, Overall."""
+        n = counts["examples"]
         scores = {
-            "intent": metrics.accuracy(predictions.intent, dataset.intent),
-            "spell": metrics.exact_match(predictions.spell, dataset.targets),
-            "ner_f1": metrics.token_micro_f1(predictions.ner, dataset.ner),
-            "ner_entity_f1": metrics.entity_f1(predictions.ner, dataset.ner),
+            "intent": counts["intent_correct"] / n if n else 0.0,
+            "spell": counts["spell_correct"] / n if n else 0.0,
+            "ner_f1": metrics.token_f1_from_counts(counts["ner_tp"], counts["ner_pred"],
+                                                   counts["ner_gold"]),
+            "ner_entity_f1": metrics.entity_f1_from_counts(
+                counts["entity_tp"], counts["entity_pred"], counts["entity_gold"]),
         }
         scores["overall"] = metrics.overall(scores, TASK_KEYS)
         return scores

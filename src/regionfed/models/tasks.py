@@ -105,6 +105,16 @@ class Task(ABC):
     def score(self, predictions: Any, dataset: Any) -> dict[str, float]:
         """Metrics of ``predictions`` against ``dataset``'s labels (fractions in [0, 1])."""
 
+    def score_counts(self, predictions: Any, dataset: Any) -> dict[str, float]:
+        """Additive statistics of :meth:`score`: summed over disjoint parts (clients) they
+        give, through :meth:`score_from_counts`, the score of the pooled parts — so a
+        distributed runtime can evaluate without moving any label."""
+        raise TypeError(f"{type(self).__name__} has no additive score statistics")
+
+    def score_from_counts(self, counts: dict[str, float]) -> dict[str, float]:
+        """The metrics of summed :meth:`score_counts`."""
+        raise TypeError(f"{type(self).__name__} has no additive score statistics")
+
     @abstractmethod
     def concat_predictions(self, parts: list[Any]) -> Any: ...
 
@@ -140,10 +150,17 @@ class ClassificationTask(Task):
     metric_names = ("overall", "accuracy")
 
     def score(self, predictions: np.ndarray, dataset: Any) -> dict[str, float]:
+        return self.score_from_counts(self.score_counts(predictions, dataset))
+
+    def score_counts(self, predictions: np.ndarray, dataset: Any) -> dict[str, float]:
         gold = self.labels(dataset)
         if len(gold) != len(predictions):
             raise ValueError(f"{len(predictions)} predictions for {len(gold)} examples")
-        accuracy = float(np.mean(predictions == gold)) if len(gold) else 0.0
+        return {"examples": len(gold), "correct": int(np.sum(predictions == gold))}
+
+    def score_from_counts(self, counts: dict[str, float]) -> dict[str, float]:
+        n = counts["examples"]
+        accuracy = counts["correct"] / n if n else 0.0
         return {"overall": accuracy, "accuracy": accuracy}
 
     def concat_predictions(self, parts: list[np.ndarray]) -> np.ndarray:
