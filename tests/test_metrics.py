@@ -58,8 +58,8 @@ def test_additive_counts_reproduce_the_pooled_scores():
     gold = [[rng.choice(tags) for _ in range(rng.randint(1, 6))] for _ in range(60)]
     pred = [[t if rng.random() < 0.6 else rng.choice(tags) for t in g] for g in gold]
     parts = [(pred[i:i + 7], gold[i:i + 7]) for i in range(0, 60, 7)]
-    token = [sum(c) for c in zip(*(token_f1_counts(p, g) for p, g in parts))]
-    entity = [sum(c) for c in zip(*(entity_counts(p, g) for p, g in parts))]
+    token = [sum(c) for c in zip(*(token_f1_counts(p, g) for p, g in parts), strict=True)]
+    entity = [sum(c) for c in zip(*(entity_counts(p, g) for p, g in parts), strict=True)]
     assert token_f1_from_counts(*token) == pytest.approx(token_micro_f1(pred, gold), abs=1e-12)
     assert entity_f1_from_counts(*entity) == pytest.approx(entity_f1(pred, gold), abs=1e-12)
     assert 0.0 < entity_f1(pred, gold) < 1.0

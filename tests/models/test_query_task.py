@@ -131,7 +131,7 @@ def test_score_counts_summed_over_clients_equal_the_pooled_score(tiny_federation
     model = tiny_task.build_model(0)
     clients = tiny_federation.clients[:3]
     predictions = [tiny_task.predict(model, c.test) for c in clients]
-    counts = [tiny_task.score_counts(p, c.test) for p, c in zip(predictions, clients)]
+    counts = [tiny_task.score_counts(p, c.test) for p, c in zip(predictions, clients, strict=True)]
     summed = {k: sum(c[k] for c in counts) for k in counts[0]}
     pooled = tiny_task.score(tiny_task.concat_predictions(predictions),
                              concat_splits([c.test for c in clients]))
