@@ -114,7 +114,9 @@ def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) 
     p.add_argument("--dp-delta", type=float, metavar="D", help="δ of (ε, δ)-DP")
     p.add_argument("--target-epsilon", type=float, metavar="EPS",
                    help="stop before ε (PLD) would exceed EPS")
-    p.add_argument("--runtime", choices=["inprocess"], help="runtime (default inprocess)")
+    p.add_argument("--runtime", choices=["inprocess", "flower-sim"],
+                   help="runtime of the federated methods: inprocess (default) or flower-sim "
+                   "(Flower's simulation runtime, one SuperNode per client; flower extra)")
     p.add_argument("--device", metavar="DEV",
                    help="where models compute: cpu (default), cuda, cuda:N, or auto")
     p.add_argument("--name", help="run name (output folder runs/<name>)")

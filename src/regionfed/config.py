@@ -105,7 +105,9 @@ class RunConfig(BaseModel):
     methods: list[str] = Field(
         default_factory=lambda: ["majority", "centralized", "centralized-rw", "local", "fedavg"])
     seeds: int = Field(1, ge=1)
-    runtime: Literal["inprocess"] = "inprocess"
+    #: where federated methods run: the in-process simulator, or Flower's simulation runtime
+    #: (one SuperNode per client; needs the flower extra)
+    runtime: Literal["inprocess", "flower-sim"] = "inprocess"
 
     @model_validator(mode="before")
     @classmethod

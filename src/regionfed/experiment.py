@@ -77,6 +77,12 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
                          reweight_regions=spec.reweight_regions, evaluator=evaluator,
                          on_round=on_round)
         test, history = run.test, run.history
+    elif config.runtime == "flower-sim":
+        from regionfed.runtime.flower.simulation import run_flower_simulation
+
+        run, strategy, ledger = run_flower_simulation(config, method, seed,
+                                                      len(federation.clients), on_round)
+        test, history, privacy = run.test, run.history, ledger.to_dict()
     else:
         strategy = build_strategy(method, config)
         ledger = PrivacyLedger(config.dp, config.training.sample_rate)

@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -63,9 +63,20 @@ def derived_seed(*parts: int) -> int:
                >> np.uint64(1))
 
 
+class ClientRunner(Protocol):
+    """What a client's compute needs from whoever hosts it: the in-process
+    :class:`Simulator`, or one Flower node (:mod:`regionfed.runtime.flower.node`)."""
+
+    task: Task
+    model: nn.Module
+    training: TrainingConfig
+    seed: int
+
+
 @dataclass
 class SimulatedClient:
-    """A client as the strategy sees it in-process: its data stays behind ``train``."""
+    """A client as the strategy sees it: its data stays behind ``train``. Used in-process
+    and, one per node, on Flower — the same local computation in both runtimes."""
 
     client_id: str
     region: str
@@ -74,7 +85,7 @@ class SimulatedClient:
     data: ClientData
     prepared_train: Any
     prepared_val: Any
-    runner: Simulator
+    runner: ClientRunner
     state: dict[str, Any] = field(default_factory=dict)
     train_calls: dict[str, int] = field(default_factory=dict)  # per shuffling stream
     #: results the runner computed in a batch for this client's next train / gradient call,

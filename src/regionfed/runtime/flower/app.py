@@ -1,0 +1,104 @@
+"""The Flower ServerApp and ClientApp of regionfed.
+
+Both read three run-config values (``regionfed-config``: the run's YAML, ``method``,
+``seed``); :func:`make_apps` bakes defaults in for the simulation runtime, which ignores an
+app's run config (FLOWER_NOTES). ``server_app`` / ``client_app`` at module level are what
+``flwr run`` loads on the Deployment Engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from regionfed.algorithms.base import Strategy
+from regionfed.privacy.ledger import PrivacyLedger
+from regionfed.runtime.flower import require_flwr
+from regionfed.runtime.flower.node import (
+    build_node,
+    handle_instruction,
+    load_run_config,
+    run_settings,
+    score_counts,
+)
+from regionfed.runtime.flower.server import FlowerDriver, params_tensor
+from regionfed.runtime.simulator import FederatedRun
+
+
+def make_client_app(defaults: dict[str, Any] | None = None):  # -> flwr.clientapp.ClientApp
+    require_flwr()
+    from flwr.app import ConfigRecord, Message, RecordDict
+    from flwr.clientapp import ClientApp
+
+    app = ClientApp()
+
+    def node_of(context: Any):
+        return build_node({**(defaults or {}), **context.run_config}, context.node_config)
+
+    @app.query()
+    def describe(message: Message, context: Any) -> Message:
+        client = node_of(context).client
+        info = ConfigRecord({"client_id": client.client_id, "region": client.region,
+                             "index": client.index, "num_examples": client.num_examples})
+        return Message(RecordDict({"client": info}), reply_to=message)
+
+    @app.train("regionfed")
+    def instruct(message: Message, context: Any) -> Message:
+        content = handle_instruction(node_of(context), message.content, context.state)
+        return Message(content, reply_to=message)
+
+    @app.evaluate("regionfed")
+    def score(message: Message, context: Any) -> Message:
+        counts = score_counts(node_of(context), params_tensor(message.content),
+                              str(message.content["meta"]["split"]))
+        return Message(RecordDict({"counts": ConfigRecord(
+            {k: float(v) for k, v in counts.items()})}), reply_to=message)
+
+    return app
+
+
+def make_server_app(defaults: dict[str, Any] | None = None,
+                    on_result: Callable[[FederatedRun, Strategy, PrivacyLedger], None]
+                    | None = None,
+                    on_round: Callable[[dict[str, Any]], None] | None = None):
+    """A ServerApp that runs the configured method with :class:`FlowerDriver`."""
+    require_flwr()
+    from flwr.serverapp import ServerApp
+
+    from regionfed.data.registry import build_federation
+    from regionfed.experiment import build_strategy, rounds_for_budget
+    from regionfed.models.registry import build_task
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Any, context: Any) -> None:
+        text, method, seed = run_settings({**(defaults or {}), **context.run_config})
+        config = load_run_config(text)
+        # the server builds the public structure of the benchmark (regions, word list) to
+        # make the same initial model as every node; client data stays on the nodes
+        federation = build_federation(config.dataset, config.data)
+        task = build_task(config.model, federation)
+        driver = FlowerDriver(grid, config, task, federation.regions, seed)
+        strategy = build_strategy(method, config)
+        ledger = PrivacyLedger(config.dp, config.training.sample_rate)
+        training = config.training.model_copy(
+            update={"rounds": rounds_for_budget(config, strategy, ledger)})
+        driver.training = training
+        run = driver.run(strategy, on_round=on_round, ledger=ledger)
+        if on_result is not None:
+            on_result(run, strategy, ledger)
+
+    return app
+
+
+def make_apps(config_yaml: str, method: str, seed: int, **server_options: Any):
+    """(ServerApp, ClientApp) with the run's settings baked in (simulation runtime)."""
+    defaults = {"regionfed-config": config_yaml, "method": method, "seed": seed}
+    return make_server_app(defaults, **server_options), make_client_app(defaults)
+
+
+try:  # what `flwr run` loads (needs flwr; importing this module without it stays possible)
+    server_app = make_server_app()
+    client_app = make_client_app()
+except Exception:  # noqa: BLE001 - flwr missing: the CLI reports it when a Flower runtime is asked for
+    server_app = client_app = None

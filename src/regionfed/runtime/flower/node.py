@@ -1,0 +1,169 @@
+"""The client side on a Flower node: one client's data, the strategy's client step.
+
+A node holds one client of the run's benchmark, chosen by its node config:
+
+* simulation runtime: ``partition-id`` = the client's index in the federation (its region
+  follows from the federation: partition → region);
+* Deployment Engine: ``region="eu"`` and ``client-index=k`` (the k-th client of that region;
+  default 0).
+
+The node rebuilds the federation and the task from the run's configuration (deterministic in
+its seeds, so every node and the server agree), wraps its client in the same
+:class:`~regionfed.runtime.simulator.SimulatedClient` the in-process simulator uses, and runs
+:meth:`Strategy.handle` on each instruction — the strategy's own client code, unchanged. The
+client's private state (and its shuffling-stream counters) lives in Flower's
+``context.state`` between messages, because a Deployment-Engine node may run each message in
+a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from regionfed.algorithms.base import Strategy, check_finite
+from regionfed.config import RunConfig, TrainingConfig, build_config
+from regionfed.data.federation import ClientData, Federation
+from regionfed.errors import ConfigError, DataError
+from regionfed.models.tasks import Task
+from regionfed.runtime.flower.codec import (
+    pack_values,
+    unpack_values,
+)
+from regionfed.runtime.params import set_flat
+from regionfed.runtime.simulator import SimulatedClient
+
+#: run-config keys (Flower run config values must be scalars)
+CONFIG_KEY, METHOD_KEY, SEED_KEY = "regionfed-config", "method", "seed"
+STATE_KEY = "regionfed-client"
+
+
+@dataclass
+class NodeRunner:
+    """What :class:`SimulatedClient` needs from its host (the simulator's counterpart)."""
+
+    task: Task
+    model: nn.Module
+    training: TrainingConfig
+    seed: int
+
+
+@dataclass
+class Node:
+    config: RunConfig
+    federation: Federation
+    task: Task
+    strategy: Strategy
+    client: SimulatedClient
+
+
+_CACHE: dict[tuple[str, str, int, int], Node] = {}
+
+
+def run_settings(run_config: dict[str, Any]) -> tuple[str, str, int]:
+    """(config YAML, method, seed) from a Flower run config, with clear errors."""
+    missing = [k for k in (CONFIG_KEY, METHOD_KEY, SEED_KEY) if k not in run_config]
+    if missing:
+        raise ConfigError(f"the Flower run config lacks {', '.join(missing)}")
+    return str(run_config[CONFIG_KEY]), str(run_config[METHOD_KEY]), int(run_config[SEED_KEY])
+
+
+def load_run_config(text: str) -> RunConfig:
+    import yaml
+
+    return build_config(yaml.safe_load(text))
+
+
+def client_index(federation: Federation, node_config: dict[str, Any]) -> int:
+    """The federation index of this node's client (module docstring)."""
+    if "region" in node_config:
+        region = str(node_config["region"])
+        members = [i for i, c in enumerate(federation.clients) if c.region == region]
+        if not members:
+            raise DataError(f"node region {region!r} is not a region of this federation "
+                            f"({', '.join(federation.regions)})")
+        k = int(node_config.get("client-index", 0))
+        if not 0 <= k < len(members):
+            raise DataError(f"node client-index {k}: region {region!r} has {len(members)} "
+                            "clients")
+        return members[k]
+    if "partition-id" in node_config:
+        index = int(node_config["partition-id"])
+        if not 0 <= index < len(federation.clients):
+            raise DataError(f"partition-id {index}: the federation has "
+                            f"{len(federation.clients)} clients")
+        return index
+    raise ConfigError("a regionfed node needs region=\"…\" (and client-index) or a "
+                      "partition-id in its node config")
+
+
+def build_node(run_config: dict[str, Any], node_config: dict[str, Any]) -> Node:
+    """This node's federation, task, strategy and client (cached per process)."""
+    from regionfed.data.registry import build_federation
+    from regionfed.experiment import build_strategy
+    from regionfed.models.registry import build_task
+
+    text, method, seed = run_settings(run_config)
+    config = load_run_config(text)
+    federation = build_federation(config.dataset, config.data)
+    index = client_index(federation, node_config)
+    key = (text, method, seed, index)
+    if key not in _CACHE:
+        task = build_task(config.model, federation)
+        model = task.build_model(seed)
+        data: ClientData = federation.clients[index]
+        runner = NodeRunner(task, model, config.training, seed)
+        client = SimulatedClient(data.client_id, data.region, index, len(data.train), data,
+                                 task.prepare(data.train, training=True),
+                                 task.prepare(data.val, training=False), runner)
+        _CACHE[key] = Node(config, federation, task, build_strategy(method, config), client)
+    return _CACHE[key]
+
+
+def restore_client_state(node: Node, state: Any) -> None:
+    """The client's private state and stream counters from ``context.state``."""
+    if STATE_KEY + ".arrays" not in state:
+        node.client.state, node.client.train_calls = {}, {}
+        return
+    meta = json.loads(state[STATE_KEY + ".meta"]["json"])
+    node.client.state = unpack_values(meta["state"], "state", state[STATE_KEY + ".arrays"])
+    node.client.train_calls = dict(meta["train_calls"])
+
+
+def save_client_state(node: Node, state: Any) -> None:
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    arrays: dict[str, Any] = {}
+    packed = pack_values(node.client.state, "state", arrays)
+    state[STATE_KEY + ".arrays"] = ArrayRecord(array_dict=arrays)
+    state[STATE_KEY + ".meta"] = ConfigRecord({"json": json.dumps(
+        {"state": packed, "train_calls": node.client.train_calls})})
+
+
+def handle_instruction(node: Node, content: Any, state: Any) -> Any:
+    """Decode, run the strategy's client step, check the update, encode the reply."""
+    from regionfed.runtime.flower.codec import decode_instruction, encode_result
+
+    instruction = decode_instruction(content)
+    if instruction.client_id != node.client.client_id:
+        raise DataError(f"instruction for client {instruction.client_id!r} reached the node "
+                        f"of {node.client.client_id!r}")
+    restore_client_state(node, state)
+    result = node.strategy.handle(instruction, node.client)
+    if result.update is not None:
+        check_finite(result.update, f"client {result.client_id}")
+    save_client_state(node, state)
+    return encode_result(result)
+
+
+@torch.no_grad()
+def score_counts(node: Node, params: torch.Tensor, split: str) -> dict[str, float]:
+    """The additive metric statistics of ``params`` on this client's ``split``
+    (:meth:`Task.score_counts`): what the server pools, instead of labels."""
+    dataset = node.client.data.split(split)
+    model = set_flat(node.client.runner.model, params)
+    return node.task.score_counts(node.task.predict(model, dataset), dataset)

@@ -1,0 +1,187 @@
+"""The server side on Flower: drive a transport-free strategy over a Flower ``Grid``.
+
+The same loop as the in-process simulator (:meth:`Simulator.run`): ``strategy.setup`` with
+the same seeds, then per round the strategy's exchanges — every instruction becomes one
+message to the node that holds its client, every reply goes back into the strategy — the
+privacy ledger, and evaluation every ``eval_every`` rounds and at the end. Only the
+transport differs, so a run with the same configuration and seed gives the same global
+model as in-process (up to float summation order).
+
+Regions are discovered, not configured on the server: a one-off ``query`` message asks every
+node for its client (id, region, index, example count); the server never reads node configs
+(FLOWER_NOTES). Evaluation sends each client the parameters the strategy assigns it and pools
+the additive metric statistics (:meth:`Task.score_counts`) per region and overall — no label
+leaves a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from regionfed import metrics
+from regionfed.algorithms.base import Ensemble, FederationView, Strategy
+from regionfed.errors import MethodNotApplicableError
+from regionfed.privacy.ledger import PrivacyLedger
+from regionfed.runtime.evaluation import loggable
+from regionfed.runtime.flower.codec import decode_result, encode_instruction
+from regionfed.runtime.params import declared_blocks, get_flat
+from regionfed.runtime.simulator import FederatedRun, derived_seed
+
+INSTRUCTION_TYPE = "train.regionfed"
+SCORE_TYPE = "evaluate.regionfed"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: int
+    client_id: str
+    region: str
+    index: int
+    num_examples: int
+
+
+class FlowerDriver:
+    """Runs one strategy over the nodes of a Flower grid."""
+
+    def __init__(self, grid: Any, config: Any, task: Any, regions: list[str], seed: int,
+                 timeout: float | None = 600.0) -> None:
+        self.grid, self.config, self.task, self.seed = grid, config, task, seed
+        self.training = config.training
+        self.timeout = timeout
+        self.model = task.build_model(seed)
+        self.nodes = self.discover()
+        present = {n.region for n in self.nodes}
+        self.view = FederationView(
+            regions=tuple(r for r in regions if r in present),
+            client_region={n.client_id: n.region for n in self.nodes},
+            num_examples={n.client_id: n.num_examples for n in self.nodes},
+            parameter_groups=declared_blocks(task, self.model),
+        )
+        self.node_of = {n.client_id: n.node_id for n in self.nodes}
+
+    # -- messaging -----------------------------------------------------------------------
+    def _send(self, messages: list[Any]) -> list[Any]:
+        """Send, wait for every reply (bounded), return them in the order sent."""
+        replies = {r.metadata.reply_to_message_id: r
+                   for r in self.grid.send_and_receive(messages, timeout=self.timeout)}
+        out = []
+        for m in messages:
+            reply = replies.get(m.metadata.message_id)
+            if reply is None:
+                raise RuntimeError(f"node {m.metadata.dst_node_id} did not reply within "
+                                   f"{self.timeout} s")
+            if reply.has_error():
+                raise RuntimeError(f"node {m.metadata.dst_node_id} failed: "
+                                   f"{reply.error.reason}")
+            out.append(reply)
+        return out
+
+    def discover(self) -> list[NodeInfo]:
+        """Every node's client, ordered by its federation index (as the simulator's)."""
+        from flwr.app import Message, MessageType, RecordDict
+
+        node_ids = list(self.grid.get_node_ids())
+        if not node_ids:
+            raise RuntimeError("no Flower nodes are connected")
+        replies = self._send([Message(RecordDict(), dst_node_id=n,
+                                      message_type=MessageType.QUERY) for n in node_ids])
+        nodes = []
+        for node_id, reply in zip(node_ids, replies, strict=True):
+            info = reply.content["client"]
+            nodes.append(NodeInfo(node_id, str(info["client_id"]), str(info["region"]),
+                                  int(info["index"]), int(info["num_examples"])))
+        clients = [n.client_id for n in nodes]
+        if len(set(clients)) != len(clients):
+            raise RuntimeError("two Flower nodes hold the same client; give each node its own "
+                               "partition-id / client-index")
+        return sorted(nodes, key=lambda n: n.index)
+
+    # -- the round loop (Simulator.run over messages) ------------------------------------
+    def run(self, strategy: Strategy, on_round: Callable[[dict[str, Any]], None] | None = None,
+            ledger: PrivacyLedger | None = None) -> FederatedRun:
+        strategy.setup(get_flat(self.model), self.view,
+                       np.random.default_rng(derived_seed(self.seed, 7919)))
+        history = []
+        for rnd in range(1, self.training.rounds + 1):
+            log, losses = self._round(strategy, rnd)
+            log = {"round": rnd, **log, "client_batching": "flower"}
+            if ledger is not None:
+                ledger.record_round(strategy.releases_per_round)
+                while strategy.ldp_reports:
+                    ledger.record_ldp(*strategy.ldp_reports.pop(0))
+                log["epsilon"] = ledger.epsilon() if ledger.is_private else None
+            if losses:
+                log["train_loss"] = float(np.mean(losses))
+            if rnd % self.training.eval_every == 0 or rnd == self.training.rounds:
+                log["val"] = loggable(self.evaluate(strategy, "val"))
+            history.append(log)
+            if on_round is not None:
+                on_round(log)
+        return FederatedRun(history, self.evaluate(strategy, "test"), strategy.params.clone())
+
+    def _round(self, strategy: Strategy, rnd: int) -> tuple[dict[str, Any], list[float]]:
+        from flwr.app import Message
+
+        exchange = strategy.run_round(rnd)
+        instructions = next(exchange)
+        first: list[float] | None = None
+        while True:
+            replies = self._send([
+                Message(encode_instruction(ins), dst_node_id=self.node_of[ins.client_id],
+                        message_type=INSTRUCTION_TYPE) for ins in instructions])
+            results = [decode_result(r.content) for r in replies]
+            if first is None:
+                first = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
+            try:
+                instructions = exchange.send(results)
+            except StopIteration as done:
+                return done.value, first
+
+    def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
+        """Every client scored on its own ``split`` with the parameters the strategy assigns
+        it; counts pooled per region and overall (the in-process evaluator's result keys)."""
+        from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+
+        messages = []
+        for node in self.nodes:
+            params = strategy.eval_params(node.client_id, node.region, None)
+            if isinstance(params, Ensemble):
+                raise MethodNotApplicableError(
+                    f"{strategy.name} evaluates with ensembles, which the Flower runtime "
+                    "does not send yet; use the in-process runtime")
+            content = RecordDict({
+                "arrays": ArrayRecord(array_dict={"params": Array(params.numpy())}),
+                "meta": ConfigRecord({"split": split})})
+            messages.append(Message(content, dst_node_id=node.node_id,
+                                    message_type=SCORE_TYPE))
+        counts = {node.client_id: dict(reply.content["counts"])
+                  for node, reply in zip(self.nodes, self._send(messages), strict=True)}
+        return pooled_scores(self.task, self.view, counts)
+
+
+def pooled_scores(task: Any, view: FederationView, counts: dict[str, dict[str, float]]
+                  ) -> dict[str, Any]:
+    """Per-region and overall metrics from per-client additive counts (the same keys as
+    :meth:`FederationEvaluator.evaluate`)."""
+    def total(clients: list[str]) -> dict[str, float]:
+        keys = counts[clients[0]].keys()
+        return {k: sum(counts[c][k] for c in clients) for k in keys}
+
+    per_region_metrics = {r: task.score_from_counts(total(view.clients_in(r)))
+                          for r in view.regions}
+    result: dict[str, Any] = dict(task.score_from_counts(total(view.clients)))
+    result["per_region"] = {r: m["overall"] for r, m in per_region_metrics.items()}
+    result["per_region_metrics"] = per_region_metrics
+    result["per_client"] = {c: task.score_from_counts(counts[c])["overall"]
+                            for c in view.clients}
+    result.update(metrics.regional_summary(result["per_region"]))
+    return result
+
+
+def params_tensor(content: Any) -> torch.Tensor:
+    return torch.from_numpy(content["arrays"]["params"].numpy().copy())

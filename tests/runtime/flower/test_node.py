@@ -1,0 +1,78 @@
+"""The node side without a Flower process: which client a node holds, its private state
+across messages, and the strategy's own client step behind a message."""
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from regionfed.algorithms.base import TrainInstruction  # noqa: E402
+from regionfed.config import build_config  # noqa: E402
+from regionfed.errors import ConfigError, DataError  # noqa: E402
+from regionfed.runtime.flower.codec import decode_result, encode_instruction  # noqa: E402
+from regionfed.runtime.flower.node import (  # noqa: E402
+    build_node,
+    client_index,
+    restore_client_state,
+    save_client_state,
+)
+
+CONFIG = build_config({"data": {"num_queries": 480, "num_regions": 2, "clients_per_region": 2,
+                                "vocab_size": 1000},
+                       "model": {"dim": 32, "heads": 2, "ngram_buckets": 512},
+                       "training": {"rounds": 1}})
+RUN = {"regionfed-config": CONFIG.to_yaml(), "method": "fedavg", "seed": 0}
+
+
+def test_node_config_selects_the_client():
+    node = build_node(RUN, {"partition-id": 3})
+    federation = node.federation
+    assert client_index(federation, {"partition-id": 3}) == 3
+    second_region = federation.regions[1]
+    first_of_second = next(i for i, c in enumerate(federation.clients)
+                           if c.region == second_region)
+    assert client_index(federation, {"region": second_region}) == first_of_second
+    assert client_index(federation, {"region": second_region, "client-index": 1}) == \
+        first_of_second + 1
+    with pytest.raises(DataError, match="not a region"):
+        client_index(federation, {"region": "atlantis"})
+    with pytest.raises(DataError, match="client-index 5"):
+        client_index(federation, {"region": second_region, "client-index": 5})
+    with pytest.raises(ConfigError, match="node config"):
+        client_index(federation, {})
+    with pytest.raises(ConfigError, match="lacks"):
+        build_node({"method": "fedavg"}, {"partition-id": 0})
+
+
+def test_private_state_survives_between_messages():
+    from flwr.app import RecordDict
+
+    node = build_node(RUN, {"partition-id": 0})
+    node.client.state = {"personal": torch.arange(3.0), "steps": 4}
+    node.client.train_calls = {"main": 2}
+    state = RecordDict()
+    save_client_state(node, state)
+    node.client.state, node.client.train_calls = {}, {}
+    restore_client_state(node, state)
+    assert torch.equal(node.client.state["personal"], torch.arange(3.0))
+    assert node.client.state["steps"] == 4 and node.client.train_calls == {"main": 2}
+
+
+def test_a_train_message_runs_the_strategys_client_step():
+    from flwr.app import RecordDict
+
+    from regionfed.runtime.flower.node import handle_instruction
+    from regionfed.runtime.params import get_flat
+
+    node = build_node(RUN, {"partition-id": 1})
+    start = get_flat(node.task.build_model(0))
+    ins = TrainInstruction(node.client.client_id, node.client.region, start)
+    state = RecordDict()
+    result = decode_result(handle_instruction(node, encode_instruction(ins), state))
+    assert result.update.shape == start.shape and torch.isfinite(result.update).all()
+    assert result.update.abs().sum() > 0 and "train_loss" in result.metrics
+    restore_client_state(node, state)
+    assert node.client.train_calls == {"main": 1}  # the next round shuffles differently
+    other = TrainInstruction("someone-else", node.client.region, start)
+    with pytest.raises(DataError, match="reached the node"):
+        handle_instruction(node, encode_instruction(other), state)
