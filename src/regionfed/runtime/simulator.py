@@ -349,25 +349,40 @@ class Simulator:
         releases and the round log carries the ε spent so far (PLD; ``None`` = ∞)."""
         strategy.setup(get_flat(self.model), self.view,
                        np.random.default_rng(derived_seed(self.seed, 7919)))
-        history = []
-        rounds = self.training.rounds
         mode = self.batching_mode(strategy)
-        for rnd in range(1, rounds + 1):
+
+        def one_round(rnd: int) -> tuple[dict[str, Any], list[float]]:
             self.current_round = rnd
-            round_log, losses = self._drive_round(strategy, rnd)
-            log: dict[str, Any] = {"round": rnd, **round_log, "client_batching": mode}
-            if ledger is not None:
-                ledger.record_round(strategy.releases_per_round)
-                while strategy.ldp_reports:
-                    ledger.record_ldp(*strategy.ldp_reports.pop(0))
-                log["epsilon"] = ledger.epsilon() if ledger.is_private else None
-            if losses:
-                log["train_loss"] = float(np.mean(losses))
-            if rnd % self.training.eval_every == 0 or rnd == rounds:
-                val = self.evaluate(strategy, "val")
-                log["val"] = loggable(val)
-            history.append(log)
-            if on_round is not None:
-                on_round(log)
-        test = self.evaluate(strategy, "test")
-        return FederatedRun(history, test, strategy.params.clone())
+            log, losses = self._drive_round(strategy, rnd)
+            return {**log, "client_batching": mode}, losses
+
+        return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
+                            ledger)
+
+
+def drive_rounds(strategy: Strategy, training: TrainingConfig,
+                 one_round: Callable[[int], tuple[dict[str, Any], list[float]]],
+                 evaluate: Callable[[Strategy, str], dict[str, Any]],
+                 on_round: RoundCallback | None = None,
+                 ledger: PrivacyLedger | None = None) -> FederatedRun:
+    """The round loop every runtime shares (in-process, Flower): ``one_round(rnd)`` runs the
+    strategy's exchanges and returns (round log, training losses); then the ledger records
+    the round's releases, validation runs every ``eval_every`` rounds and at the end, and the
+    final models are scored on the test splits."""
+    history = []
+    for rnd in range(1, training.rounds + 1):
+        round_log, losses = one_round(rnd)
+        log: dict[str, Any] = {"round": rnd, **round_log}
+        if ledger is not None:
+            ledger.record_round(strategy.releases_per_round)
+            while strategy.ldp_reports:
+                ledger.record_ldp(*strategy.ldp_reports.pop(0))
+            log["epsilon"] = ledger.epsilon() if ledger.is_private else None
+        if losses:
+            log["train_loss"] = float(np.mean(losses))
+        if rnd % training.eval_every == 0 or rnd == training.rounds:
+            log["val"] = loggable(evaluate(strategy, "val"))
+        history.append(log)
+        if on_round is not None:
+            on_round(log)
+    return FederatedRun(history, evaluate(strategy, "test"), strategy.params.clone())

@@ -27,10 +27,9 @@ from regionfed import metrics
 from regionfed.algorithms.base import Ensemble, FederationView, Strategy
 from regionfed.errors import MethodNotApplicableError
 from regionfed.privacy.ledger import PrivacyLedger
-from regionfed.runtime.evaluation import loggable
 from regionfed.runtime.flower.codec import decode_result, encode_instruction
 from regionfed.runtime.params import declared_blocks, get_flat
-from regionfed.runtime.simulator import FederatedRun, derived_seed
+from regionfed.runtime.simulator import FederatedRun, derived_seed, drive_rounds
 
 INSTRUCTION_TYPE = "train.regionfed"
 SCORE_TYPE = "evaluate.regionfed"
@@ -106,23 +105,13 @@ class FlowerDriver:
             ledger: PrivacyLedger | None = None) -> FederatedRun:
         strategy.setup(get_flat(self.model), self.view,
                        np.random.default_rng(derived_seed(self.seed, 7919)))
-        history = []
-        for rnd in range(1, self.training.rounds + 1):
+
+        def one_round(rnd: int) -> tuple[dict[str, Any], list[float]]:
             log, losses = self._round(strategy, rnd)
-            log = {"round": rnd, **log, "client_batching": "flower"}
-            if ledger is not None:
-                ledger.record_round(strategy.releases_per_round)
-                while strategy.ldp_reports:
-                    ledger.record_ldp(*strategy.ldp_reports.pop(0))
-                log["epsilon"] = ledger.epsilon() if ledger.is_private else None
-            if losses:
-                log["train_loss"] = float(np.mean(losses))
-            if rnd % self.training.eval_every == 0 or rnd == self.training.rounds:
-                log["val"] = loggable(self.evaluate(strategy, "val"))
-            history.append(log)
-            if on_round is not None:
-                on_round(log)
-        return FederatedRun(history, self.evaluate(strategy, "test"), strategy.params.clone())
+            return {**log, "client_batching": "flower"}, losses
+
+        return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
+                            ledger)
 
     def _round(self, strategy: Strategy, rnd: int) -> tuple[dict[str, Any], list[float]]:
         from flwr.app import Message
