@@ -8,7 +8,8 @@ from regionfed.algorithms.fedavg import FedAvg
 from regionfed.config import TrainingConfig
 from regionfed.data.femnist import load_femnist
 from regionfed.data.images import ImageDataset
-from regionfed.models.image_task import IGNORE, ImageClassificationTask
+from regionfed.models.image_task import ImageClassificationTask
+from regionfed.models.tasks import IGNORE
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.local_training import OptimizerConfig
 from regionfed.runtime.simulator import Simulator

@@ -16,7 +16,8 @@ from regionfed.data.reviews import load_reviews
 from regionfed.data.text import TextDataset
 from regionfed.experiment import build_strategy
 from regionfed.models.registry import build_task
-from regionfed.models.text_classification_task import IGNORE, TextClassificationTask
+from regionfed.models.tasks import IGNORE
+from regionfed.models.text_classification_task import TextClassificationTask
 from regionfed.models.tiny import TinyConfig
 from regionfed.runtime.batched_training import stack_batches, train_local_batched
 from regionfed.runtime.local_training import OptimizerConfig, train_local

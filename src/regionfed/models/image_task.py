@@ -13,14 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from regionfed.data.images import ImageDataset
 from regionfed.models.cnn import CNNConfig, FemnistCNN
 from regionfed.models.tasks import Batch, ClassificationTask, device_of, minibatch_indices
-
-IGNORE = -100
 
 
 @dataclass(frozen=True)
@@ -34,7 +31,6 @@ class PreparedImages:
 
 
 class ImageClassificationTask(ClassificationTask):
-    batch_fill_values = {"label": IGNORE}
 
     def __init__(self, num_classes: int, config: CNNConfig | None = None) -> None:
         self.num_classes = num_classes
@@ -66,19 +62,6 @@ class ImageClassificationTask(ClassificationTask):
         for index in minibatch_indices(len(prepared), batch_size, generator):
             yield {"image": prepared.image[index], "label": prepared.label[index],
                    "weight": prepared.weight[index]}
-
-    def batch_size_of(self, batch: Batch) -> int:
-        return len(batch["label"])
-
-    def example_losses(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        return F.cross_entropy(model(batch), batch["label"], ignore_index=IGNORE,
-                               reduction="none")
-
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """Weighted mean cross-entropy over the real (non-padding) examples."""
-        losses = self.example_losses(model, batch)
-        weight = batch["weight"] * (batch["label"] != IGNORE)
-        return (losses * weight).sum() / weight.sum().clamp(min=1e-12)
 
     @torch.no_grad()
     def predict(self, model: nn.Module, dataset: ImageDataset) -> np.ndarray:

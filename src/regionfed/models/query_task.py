@@ -22,7 +22,14 @@ from torch import nn
 from regionfed import metrics
 from regionfed.data.queries import INTENTS, MAX_TOKENS, NER_TAGS, QueryDataset
 from regionfed.errors import DataError
-from regionfed.models.tasks import Batch, Task, device_of, minibatch_indices, to_device
+from regionfed.models.tasks import (
+    IGNORE,
+    Batch,
+    Task,
+    device_of,
+    minibatch_indices,
+    to_device,
+)
 from regionfed.models.text_features import (
     FormTable,
     SpellCandidates,
@@ -31,7 +38,6 @@ from regionfed.models.text_features import (
 )
 from regionfed.models.tiny import NUM_DISTANCE_BUCKETS, TinyConfig, TinyQueryModel
 
-IGNORE = -100
 TAG_INDEX = {t: i for i, t in enumerate(NER_TAGS)}
 QUERY_METRICS = ("overall", "intent", "spell", "ner_f1", "ner_entity_f1")
 TASK_KEYS = ("intent", "spell", "ner_f1")

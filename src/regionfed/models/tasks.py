@@ -15,9 +15,12 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 Batch = dict[str, torch.Tensor]
+#: the target of padding positions / rows (skipped by the cross-entropies)
+IGNORE = -100
 
 
 def device_of(model: nn.Module) -> torch.device:
@@ -148,6 +151,22 @@ class ClassificationTask(Task):
     ``overall`` too; predictions are label arrays."""
 
     metric_names = ("overall", "accuracy")
+    #: stacked (batched) training pads rows with label IGNORE and weight 0
+    batch_fill_values = {"label": IGNORE}
+
+    def batch_size_of(self, batch: Batch) -> int:
+        return int(batch["label"].shape[0])
+
+    def example_losses(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Cross-entropy per example (0 for padding rows)."""
+        return F.cross_entropy(model(batch), batch["label"], ignore_index=IGNORE,
+                               reduction="none")
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Weighted mean cross-entropy over the real (non-padding) examples."""
+        losses = self.example_losses(model, batch)
+        weight = batch["weight"] * (batch["label"] != IGNORE)
+        return (losses * weight).sum() / weight.sum().clamp(min=1e-12)
 
     def score(self, predictions: np.ndarray, dataset: Any) -> dict[str, float]:
         return self.score_from_counts(self.score_counts(predictions, dataset))

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from regionfed.data.text import TextDataset
@@ -29,8 +28,6 @@ from regionfed.models.tasks import (
 )
 from regionfed.models.text_features import FormTable, word_ngram_ids
 from regionfed.models.tiny import EncoderLayer, TinyConfig, mean_ngram_embedding
-
-IGNORE = -100
 
 
 class TinyTextClassifier(nn.Module):
@@ -83,9 +80,8 @@ class PreparedTexts:
 class TextClassificationTask(ClassificationTask):
     """Class labels of :class:`TextDataset` splits, solved by :class:`TinyTextClassifier`."""
 
-    # stacking pads rows with weight 0 and label IGNORE, token columns with mask False (out
+    # stacking (ClassificationTask.batch_fill_values) also pads token columns with mask False (out
     # of attention and pooling) and forms with all-zero n-grams (referenced by no real token)
-    batch_fill_values = {"label": IGNORE}
 
     def __init__(self, num_classes: int, config: TinyConfig | None = None,
                  max_len: int = 64) -> None:
@@ -155,20 +151,6 @@ class TextClassificationTask(ClassificationTask):
     def build_model(self, seed: int) -> nn.Module:
         torch.manual_seed(seed)
         return TinyTextClassifier(self.config, self.num_classes, self.max_len)
-
-    def batch_size_of(self, batch: Batch) -> int:
-        return int(batch["label"].shape[0])
-
-    def example_losses(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """Cross-entropy per example (0 for padding rows)."""
-        return F.cross_entropy(model(batch), batch["label"], ignore_index=IGNORE,
-                               reduction="none")
-
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """Weighted mean cross-entropy over the real (non-padding) examples."""
-        losses = self.example_losses(model, batch)
-        weight = batch["weight"] * (batch["label"] != IGNORE)
-        return (losses * weight).sum() / weight.sum().clamp(min=1e-12)
 
     def predict(self, model: nn.Module, dataset: TextDataset) -> np.ndarray:
         return self.predict_ensemble([model], [1.0], dataset)
