@@ -25,8 +25,10 @@ from regionfed.errors import DataError
 from regionfed.models.tasks import (
     IGNORE,
     Batch,
+    PreparedCache,
     Task,
     device_of,
+    evaluating,
     minibatch_indices,
     to_device,
 )
@@ -163,7 +165,7 @@ class QueryTask(QueryUnderstanding):
         self.candidates = SpellCandidates(vocabulary, k=self.config.spell_candidates)
         self.forms = FormTable(self.word_features, self.feature_width)
         self._cand_cache: dict[str, tuple[list[int], list[int], list[str]]] = {}
-        self._prepared: dict[tuple[int, bool], tuple[QueryDataset, PreparedQueries]] = {}
+        self._prepared = PreparedCache()
 
     # -- featurisation -------------------------------------------------------------------
     @property
@@ -186,10 +188,9 @@ class QueryTask(QueryUnderstanding):
         return hit
 
     def prepare(self, dataset: QueryDataset, training: bool) -> PreparedQueries:
-        key = (id(dataset), training)
-        hit = self._prepared.get(key)
-        if hit is not None and hit[0] is dataset:
-            return hit[1]
+        hit = self._prepared.lookup(dataset, training)
+        if hit is not None:
+            return hit
         n, k, length = len(dataset), self.config.spell_candidates, self.max_len
         tok = np.zeros((n, length), np.int64)
         cand = np.zeros((n, length, k), np.int64)
@@ -224,8 +225,7 @@ class QueryTask(QueryUnderstanding):
             spell_gold=torch.from_numpy(gold), ner=torch.from_numpy(ner),
             intent=torch.as_tensor(dataset.intent, dtype=torch.long),
             weight=torch.ones(n))
-        self._prepared[key] = (dataset, prepared)
-        return prepared
+        return self._prepared.store(dataset, training, prepared)
 
     def num_examples(self, prepared: PreparedQueries) -> int:
         return len(prepared)
@@ -287,12 +287,13 @@ class QueryTask(QueryUnderstanding):
                          dataset: QueryDataset) -> QueryPredictions:
         """Eq. 17 per head (intent, every NER tag, every spell slot): the argmax of the
         weighted mean of the members' softmax probabilities (one member: its argmax)."""
-        if not models or len(models) != len(weights):
-            raise ValueError("need one weight per model and at least one model")
         prepared = self.prepare(dataset, training=False)
-        modes = [m.training for m in models]
-        for m in models:
-            m.eval()
+        with evaluating(models, weights):
+            return self._vote(models, weights, dataset, prepared)
+
+    def _vote(self, models: list[nn.Module], weights: list[float], dataset: QueryDataset,
+              prepared: PreparedQueries) -> QueryPredictions:
+        """The body of :meth:`predict_ensemble`, with the members in eval mode."""
         intents, ner, spell = [], [], []
         offset = 0
         device = device_of(models[0])
@@ -313,8 +314,6 @@ class QueryTask(QueryUnderstanding):
                 spell.append([self._decode_spell(w, int(s)) for w, s in
                               zip(words, slot[b, :len(words)], strict=True)])
             offset += ner_ids.shape[0]
-        for m, mode in zip(models, modes, strict=True):
-            m.train(mode)
         return QueryPredictions(np.concatenate(intents) if intents else np.zeros(0, np.int64),
                                 ner, spell)
 

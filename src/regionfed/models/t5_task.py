@@ -39,7 +39,13 @@ from regionfed.models.t5 import (
     load_pretrained_tokenizer,
     train_tokenizer,
 )
-from regionfed.models.tasks import Batch, device_of, minibatch_indices
+from regionfed.models.tasks import (
+    Batch,
+    PreparedCache,
+    device_of,
+    evaluating,
+    minibatch_indices,
+)
 
 PREFIXES = ("intent", "spell", "ner")
 UNPARSEABLE_TAG = "B-UNPARSEABLE"
@@ -107,7 +113,7 @@ class T5QueryTask(QueryUnderstanding):
                 raise ConfigError("the t5 tokenizer needs a non-empty word list to train on")
             tokenizer = train_tokenizer(tokenizer_corpus(vocabulary), self.config.vocab_size)
         self.tokenizer = tokenizer
-        self._prepared: dict[tuple[int, bool], tuple[QueryDataset, PreparedPairs]] = {}
+        self._prepared = PreparedCache()
 
     # -- data ------------------------------------------------------------------------------
     def _encode(self, texts: list[str], limit: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,10 +122,9 @@ class T5QueryTask(QueryUnderstanding):
         return enc["input_ids"], enc["attention_mask"].bool()
 
     def prepare(self, dataset: QueryDataset, training: bool) -> PreparedPairs:
-        key = (id(dataset), training)
-        hit = self._prepared.get(key)
-        if hit is not None and hit[0] is dataset:
-            return hit[1]
+        hit = self._prepared.lookup(dataset, training)
+        if hit is not None:
+            return hit
         n = len(dataset)
         source, _ = self._encode(source_texts(dataset), self.config.max_source_tokens)
         target, target_mask = self._encode(target_texts(dataset),
@@ -127,8 +132,7 @@ class T5QueryTask(QueryUnderstanding):
         target = target.masked_fill(~target_mask, IGNORE)
         prepared = PreparedPairs(source.view(n, len(PREFIXES), -1),
                                  target.view(n, len(PREFIXES), -1), torch.ones(n))
-        self._prepared[key] = (dataset, prepared)
-        return prepared
+        return self._prepared.store(dataset, training, prepared)
 
     def num_examples(self, prepared: PreparedPairs) -> int:
         return len(prepared)
@@ -194,19 +198,18 @@ class T5QueryTask(QueryUnderstanding):
                          dataset: QueryDataset) -> QueryPredictions:
         """Greedy decoding of every source, parsed into labels (module docstring); with
         several models each next token is argmax_c Σ_s w_s P_s(c | prefix) (Eq. 17)."""
-        if not models or len(models) != len(weights):
-            raise ValueError("need one weight per model and at least one model")
         prepared = self.prepare(dataset, training=False)
-        modes = [m.training for m in models]
-        for m in models:
-            m.eval()
+        with evaluating(models, weights):
+            return self._vote(models, weights, dataset, prepared)
+
+    def _vote(self, models: list[nn.Module], weights: list[float], dataset: QueryDataset,
+              prepared: PreparedPairs) -> QueryPredictions:
+        """The body of :meth:`predict_ensemble`, with the members in eval mode."""
         texts: list[str] = []
         for batch in self.batches(prepared, 128, None):
             ids = greedy_decode(models, weights, batch["source"].to(device_of(models[0])),
                                 self.config.max_target_tokens).cpu()
             texts += self.tokenizer.batch_decode(ids, skip_special_tokens=True)
-        for m, mode in zip(models, modes, strict=True):
-            m.train(mode)
         intents, spell, ner = [], [], []
         for i, words in enumerate(dataset.tokens):
             intent_text, spell_text, ner_text = texts[3 * i:3 * i + 3]

@@ -10,7 +10,8 @@ head, FedTP's attention projections) is declared by the model through
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,38 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
     if device.type == "cpu":
         return batch
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+class PreparedCache:
+    """Tensorised splits keyed by dataset identity and ``training`` (every task prepares a
+    split once); the dataset is kept with its entry, so a recycled ``id`` never aliases."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[int, bool], tuple[Any, Any]] = {}
+
+    def lookup(self, dataset: Any, training: bool) -> Any | None:
+        hit = self._items.get((id(dataset), training))
+        return hit[1] if hit is not None and hit[0] is dataset else None
+
+    def store(self, dataset: Any, training: bool, prepared: Any) -> Any:
+        self._items[(id(dataset), training)] = (dataset, prepared)
+        return prepared
+
+
+@contextmanager
+def evaluating(models: Sequence[nn.Module], weights: Sequence[float]) -> Iterator[None]:
+    """Ensemble members (one weight each, at least one) in eval mode for the block; each
+    gets its own training mode back afterwards."""
+    if not models or len(models) != len(weights):
+        raise ValueError("need one weight per model and at least one model")
+    modes = [m.training for m in models]
+    for m in models:
+        m.eval()
+    try:
+        yield
+    finally:
+        for m, mode in zip(models, modes, strict=True):
+            m.train(mode)
 
 
 def minibatch_indices(n: int, batch_size: int, generator: torch.Generator | None

@@ -22,7 +22,9 @@ from regionfed.errors import DataError
 from regionfed.models.tasks import (
     Batch,
     ClassificationTask,
+    PreparedCache,
     device_of,
+    evaluating,
     minibatch_indices,
     to_device,
 )
@@ -93,16 +95,15 @@ class TextClassificationTask(ClassificationTask):
         self.forms = FormTable(
             lambda word: word_ngram_ids(word, self.config.ngram_buckets, self.config.max_ngrams),
             self.config.max_ngrams)
-        self._prepared: dict[tuple[int, bool], tuple[TextDataset, PreparedTexts]] = {}
+        self._prepared = PreparedCache()
 
     # -- featurisation -------------------------------------------------------------------
     def prepare(self, dataset: TextDataset, training: bool) -> PreparedTexts:
         """Form ids of the first ``max_len`` tokens, labels and unit weights (cached per
         dataset object)."""
-        key = (id(dataset), training)
-        hit = self._prepared.get(key)
-        if hit is not None and hit[0] is dataset:
-            return hit[1]
+        hit = self._prepared.lookup(dataset, training)
+        if hit is not None:
+            return hit
         n = len(dataset)
         if n and int(dataset.label.max()) >= self.num_classes:
             raise DataError(f"text label {int(dataset.label.max())} is out of range for "
@@ -116,8 +117,7 @@ class TextClassificationTask(ClassificationTask):
         prepared = PreparedTexts(torch.from_numpy(lens), torch.from_numpy(tok),
                                  torch.as_tensor(dataset.label, dtype=torch.long),
                                  torch.ones(n))
-        self._prepared[key] = (dataset, prepared)
-        return prepared
+        return self._prepared.store(dataset, training, prepared)
 
     def num_examples(self, prepared: PreparedTexts) -> int:
         return len(prepared)
@@ -159,12 +159,13 @@ class TextClassificationTask(ClassificationTask):
     def predict_ensemble(self, models: list[nn.Module], weights: list[float],
                          dataset: TextDataset) -> np.ndarray:
         """Paper Eq. 17: argmax_c Σ_s w_s P_s(y = c | x) (one member: its argmax)."""
-        if not models or len(models) != len(weights):
-            raise ValueError("need one weight per model and at least one model")
         prepared = self.prepare(dataset, training=False)
-        modes = [m.training for m in models]
-        for m in models:
-            m.eval()
+        with evaluating(models, weights):
+            return self._vote(models, weights, dataset, prepared)
+
+    def _vote(self, models: list[nn.Module], weights: list[float], dataset: TextDataset,
+              prepared: PreparedTexts) -> np.ndarray:
+        """The body of :meth:`predict_ensemble`, with the members in eval mode."""
         out = []
         device = device_of(models[0])
         for batch in self.batches(prepared, 512, None):
@@ -175,8 +176,6 @@ class TextClassificationTask(ClassificationTask):
                 scores = sum(w * torch.softmax(m(batch), -1)
                              for w, m in zip(weights, models, strict=True))
             out.append(scores.argmax(-1).cpu().numpy())
-        for m, mode in zip(models, modes, strict=True):
-            m.train(mode)
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     def labels(self, dataset: TextDataset) -> np.ndarray:
