@@ -51,6 +51,7 @@ FLAG_KEYS = {
     "target_epsilon": "training.target_epsilon",
     "init_from": "model.init_from",
     "device": "training.device",
+    "superlink": "flower.superlink",
 }
 
 EXAMPLES = """examples:
@@ -65,6 +66,18 @@ EXAMPLES = """examples:
   regionfed run --model t5-tiny --methods fedavg,regionfed-grad --rounds 2 \
       --num-queries 1200                          # T5 text-to-text, parsed generations
   regionfed run --model minilm --methods fedavg --rounds 2 --set training.optimizer.lr=5e-5
+  regionfed run --runtime flower --superlink 127.0.0.1:9093 --methods regionfed-grad \
+      --regions 2 --clients-per-region 2   # SuperNodes: see 'regionfed flower --help'
+"""
+
+FLOWER_EXAMPLES = """examples (one machine, loopback; each line in its own terminal):
+  regionfed flower superlink --port 9093
+  regionfed flower node --superlink 127.0.0.1:9093 --region region_00 --client-index 0 --port 9100
+  regionfed flower node --superlink 127.0.0.1:9093 --region region_00 --client-index 1 --port 9101
+  regionfed flower node --superlink 127.0.0.1:9093 --region region_01 --client-index 0 --port 9102
+  regionfed flower node --superlink 127.0.0.1:9093 --region region_01 --client-index 1 --port 9103
+  regionfed run --runtime flower --superlink 127.0.0.1:9093 --methods fedavg,regionfed-grad \
+      --regions 2 --clients-per-region 2 --rounds 2
 """
 
 
@@ -114,9 +127,12 @@ def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) 
     p.add_argument("--dp-delta", type=float, metavar="D", help="δ of (ε, δ)-DP")
     p.add_argument("--target-epsilon", type=float, metavar="EPS",
                    help="stop before ε (PLD) would exceed EPS")
-    p.add_argument("--runtime", choices=["inprocess", "flower-sim"],
-                   help="runtime of the federated methods: inprocess (default) or flower-sim "
-                   "(Flower's simulation runtime, one SuperNode per client; flower extra)")
+    p.add_argument("--runtime", choices=["inprocess", "flower-sim", "flower"],
+                   help="runtime of the federated methods: inprocess (default), flower-sim "
+                   "(Flower's simulation runtime, one SuperNode per client) or flower "
+                   "(Flower's Deployment Engine at --superlink); flower extra")
+    p.add_argument("--superlink", metavar="HOST:PORT",
+                   help="the SuperLink of --runtime flower (regionfed flower superlink)")
     p.add_argument("--device", metavar="DEV",
                    help="where models compute: cpu (default), cuda, cuda:N, or auto")
     p.add_argument("--name", help="run name (output folder runs/<name>)")
@@ -181,7 +197,39 @@ def build_parser() -> argparse.ArgumentParser:
         "markdown.", formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  regionfed report runs/default\n")
     report.add_argument("runs", nargs="+", metavar="DIR", help="run folders")
+    _add_flower_commands(sub)
     return parser
+
+
+def _add_flower_commands(sub: Any) -> None:
+    flower = sub.add_parser(
+        "flower", help="start a Flower SuperLink or a SuperNode for --runtime flower",
+        description="Start the processes of Flower's Deployment Engine (flower extra): a "
+        "SuperLink, and one SuperNode per client, each holding one client of a region. "
+        "Then submit runs with 'regionfed run --runtime flower --superlink HOST:PORT'. "
+        "Connections are insecure (plain text): loopback or trusted networks only.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=FLOWER_EXAMPLES)
+    roles = flower.add_subparsers(dest="role", required=True, parser_class=_Parser)
+    link = roles.add_parser("superlink", help="start flower-superlink (all APIs on one port)")
+    link.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    link.add_argument("--port", type=int, default=9093, help="port (default 9093)")
+    node = roles.add_parser(
+        "node", help="start flower-supernode holding one client of a region",
+        description="Start a SuperNode that holds client --client-index of --region. The "
+        "node rebuilds the run's federation from the submitted configuration; --data "
+        "points it at this machine's copy of the dataset file (real-data datasets).")
+    node.add_argument("--superlink", required=True, metavar="HOST:PORT",
+                      help="the SuperLink's address")
+    node.add_argument("--region", required=True, help="region of this node's client")
+    node.add_argument("--client-index", type=int, default=0, metavar="K",
+                      help="which client of the region (0-based, default 0)")
+    node.add_argument("--data", metavar="FILE", help="this machine's dataset file")
+    node.add_argument("--host", default="127.0.0.1", help="address of the node's own API")
+    node.add_argument("--port", type=int, default=9094,
+                      help="port of the node's own API (one per node on a machine)")
+    for p in (link, node):
+        p.add_argument("--print-command", action="store_true",
+                       help="print the Flower command line instead of starting it")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -303,13 +351,34 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_flower(args: argparse.Namespace) -> int:
+    import shlex
+
+    from regionfed.runtime.flower.processes import (
+        exec_flower,
+        superlink_command,
+        supernode_command,
+    )
+
+    if args.role == "superlink":
+        command, prefix = superlink_command(args.host, args.port), "rf-superlink-"
+    else:
+        command = supernode_command(args.superlink, args.region, args.client_index,
+                                    args.data, args.host, args.port)
+        prefix = f"rf-node-{args.client_index}-"
+    if args.print_command:
+        print(shlex.join(command))
+        return 0
+    exec_flower(command, prefix)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in reports
     try:
         return {"run": cmd_run, "compare": cmd_compare, "privacy": cmd_privacy,
-                "report": cmd_report}[args.command](args)
+                "report": cmd_report, "flower": cmd_flower}[args.command](args)
     except RegionFedError as exc:
         if args.debug:
             raise

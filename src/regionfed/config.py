@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.registry import resolve_methods
@@ -86,6 +93,33 @@ class BaselinesConfig(BaseModel):
     fedtp_hyper_lr: float = Field(1e-3, gt=0)
 
 
+class FlowerConfig(BaseModel):
+    """Flower Deployment Engine settings (``runtime: flower``; README "Running on many
+    machines")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: the SuperLink's control address ``HOST:PORT`` (``flower-superlink --port``)
+    superlink: str | None = None
+    #: bound on one method × seed on the Deployment Engine, submission to result
+    run_timeout_s: float = Field(3600.0, gt=0.0, allow_inf_nan=False)
+    #: bound on waiting for the nodes' replies to one exchange
+    reply_timeout_s: float = Field(600.0, gt=0.0, allow_inf_nan=False)
+    #: a folder this machine and the SuperLink's both see (e.g. NFS), where the ServerApp
+    #: writes the result; default: this machine's temp folder (a SuperLink on this machine)
+    shared_dir: str | None = None
+
+    @field_validator("superlink")
+    @classmethod
+    def _host_and_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9093), got {value!r}")
+        return value
+
+
 class RunConfig(BaseModel):
     """One experiment: a dataset, a model, a training budget and the methods to compare."""
 
@@ -105,9 +139,11 @@ class RunConfig(BaseModel):
     methods: list[str] = Field(
         default_factory=lambda: ["majority", "centralized", "centralized-rw", "local", "fedavg"])
     seeds: int = Field(1, ge=1)
-    #: where federated methods run: the in-process simulator, or Flower's simulation runtime
-    #: (one SuperNode per client; needs the flower extra)
-    runtime: Literal["inprocess", "flower-sim"] = "inprocess"
+    #: where federated methods run: the in-process simulator, Flower's simulation runtime
+    #: (one SuperNode per client) or Flower's Deployment Engine (``flower.superlink``); the
+    #: Flower runtimes need the flower extra
+    runtime: Literal["inprocess", "flower-sim", "flower"] = "inprocess"
+    flower: FlowerConfig = Field(default_factory=FlowerConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -133,6 +169,13 @@ class RunConfig(BaseModel):
             except ValidationError as exc:
                 raise ValueError("; ".join(validation_messages(exc, f"{key}."))) from None
         return values
+
+    @model_validator(mode="after")
+    def _deployment_needs_a_superlink(self) -> RunConfig:
+        if self.runtime == "flower" and self.flower.superlink is None:
+            raise ValueError("runtime flower needs flower.superlink (HOST:PORT; CLI "
+                             "--superlink)")
+        return self
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

@@ -31,6 +31,11 @@ class NumericalError(RegionFedError):
     """A NaN or infinite value where a finite one is required (e.g. a client update)."""
 
 
+class DeploymentError(RegionFedError):
+    """A run on a distributed engine (Flower's Deployment Engine) failed or returned no
+    result; the message carries the reason from its log."""
+
+
 def validation_messages(exc: Exception, prefix: str = "") -> list[str]:
     """``key.path: what was wrong`` for every error of a pydantic ``ValidationError``."""
     errors = getattr(exc, "errors", None)

@@ -2,8 +2,9 @@
 
 Outputs (SPEC §9): ``config.yaml``, ``metrics.jsonl`` (one line per method, seed and round),
 ``results.json`` (the stable schema of SPEC §9.1), ``checkpoints/<method>-seed<k>.safetensors``
-(final global model of trained methods) and ``partial/`` (finished method × seed results, so
-``--resume`` can skip them).
+(final global model of trained methods), ``checkpoints/<method>-seed<k>.regions.safetensors``
+(each region's final model as a flat vector, for region-personalized methods) and
+``partial/`` (finished method × seed results, so ``--resume`` can skip them).
 """
 
 from __future__ import annotations
@@ -83,6 +84,11 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
         run, strategy, ledger = run_flower_simulation(config, method, seed,
                                                       len(federation.clients), on_round)
         test, history, privacy = run.test, run.history, ledger.to_dict()
+    elif config.runtime == "flower":
+        from regionfed.runtime.flower.deployment import run_flower_deployment
+
+        run, privacy = run_flower_deployment(config, method, seed, on_round)
+        test, history = run.test, run.history
     else:
         strategy = build_strategy(method, config)
         ledger = PrivacyLedger(config.dp, config.training.sample_rate)
@@ -300,6 +306,9 @@ def _run_and_record(method: str, seed: int, federation: Federation, task: Task,
         # parameters by name (tied weights once): exactly what the flat vector holds
         save_checkpoint(out / "checkpoints" / f"{method}-seed{seed}.safetensors",
                         dict(model.named_parameters()))
+        if run.regional_params:  # flat parameter vectors, by region
+            save_checkpoint(out / "checkpoints" / f"{method}-seed{seed}.regions.safetensors",
+                            run.regional_params)
     return {"seed": seed, "seconds": round(outcome.seconds, 3),
             "epsilon": outcome.epsilon, "privacy": outcome.privacy,
             # a task without a metric (an image task has no NER) records None for it

@@ -131,3 +131,21 @@ def test_batched_clients_give_the_sequential_result(tiny_federation, tiny_task, 
 def test_a_custom_client_step_runs_sequentially(tiny_federation, tiny_task):
     history = Simulator(tiny_federation, tiny_task, FAST, seed=0).run(LocalOnly()).history
     assert history[0]["client_batching"] == "sequential (local has its own client step)"
+
+
+def test_a_run_keeps_each_regions_model_where_it_differs_from_the_global(tiny_federation,
+                                                                          tiny_task):
+    from regionfed.algorithms.ditto import Ditto
+    from regionfed.algorithms.regionfed import RegionFed, RegionFedConfig
+
+    regional = Simulator(tiny_federation, tiny_task, FAST, seed=0).run(
+        RegionFed("grad", RegionFedConfig(rho_search=False)))
+    assert set(regional.regional_params) == set(tiny_federation.regions)
+    first, second = (regional.regional_params[r] for r in tiny_federation.regions)
+    assert not torch.allclose(first, second)
+    assert not torch.allclose(first, regional.final_params)
+    # one global model, or one model per client: no regional model to keep
+    assert Simulator(tiny_federation, tiny_task, FAST, seed=0).run(FedAvg()
+                                                                   ).regional_params == {}
+    assert Simulator(tiny_federation, tiny_task, FAST, seed=0).run(Ditto()
+                                                                   ).regional_params == {}

@@ -31,6 +31,7 @@ PERSONAL_STREAM = "apfl-personal"
 
 class APFL(FedAvg):
     name = "apfl"
+    evaluates_on_client = True
 
     def __init__(self, alpha: float = 0.25, adaptive: bool = True,
                  alpha_lr: float | None = None, **kwargs) -> None:

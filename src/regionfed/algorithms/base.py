@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from regionfed.errors import ConfigError, MethodNotApplicableError, NumericalError
-from regionfed.privacy.mechanism import DPConfig, regional_aggregate
+from regionfed.privacy.mechanism import DPConfig, clip_update, regional_aggregate
 from regionfed.privacy.randomized_response import privatized_histogram
 
 #: instruction kinds a client understands
@@ -188,6 +188,10 @@ class Strategy(ABC):
     name: str = "strategy"
     #: noisy releases per round that the privacy ledger must compose
     releases_per_round: int = 1
+    #: True when :meth:`eval_params` needs the client's private state (client-personalized
+    #: methods): a distributed runtime then computes it on the client's own node, from the
+    #: global ``params`` and that state
+    evaluates_on_client: bool = False
 
     def __init__(self, sample_rate: float = 1.0, server_lr: float = 1.0,
                  dp: DPConfig | None = None) -> None:
@@ -229,7 +233,22 @@ class Strategy(ABC):
         """One round: yield instructions, receive the results, return the round's log."""
 
     def handle(self, instruction: TrainInstruction, client: ClientContext) -> ClientResult:
-        """Client side: carry out one instruction (dispatch on its ``kind``)."""
+        """Client side: carry out one instruction (dispatch on its ``kind``); with
+        ``dp.clip_on_client`` its released vectors are clipped before they leave."""
+        result = self._carry_out(instruction, client)
+        if self.dp.clip_on_client and self.dp.mode == "user":
+            result = self.clip_released(result)
+        return result
+
+    def clip_released(self, result: ClientResult) -> ClientResult:
+        """Client-side L2 clipping (to ``dp.clip``) of every vector this client releases
+        into :meth:`private_mean` (default: the update), so the server's clip is a no-op."""
+        if result.update is None:
+            return result
+        return replace(result, update=clip_update(result.update, self.dp.clip))
+
+    def _carry_out(self, instruction: TrainInstruction, client: ClientContext
+                   ) -> ClientResult:
         if instruction.kind == TRAIN:
             return self.client_train(instruction, client)
         if instruction.kind == GRADIENT:

@@ -30,6 +30,7 @@ GLOBAL_STREAM = "ditto-global"
 
 class Ditto(FedAvg):
     name = "ditto"
+    evaluates_on_client = True
 
     def __init__(self, lam: float = 0.1, **kwargs) -> None:
         super().__init__(**kwargs)

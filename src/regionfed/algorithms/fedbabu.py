@@ -24,6 +24,7 @@ FINETUNE_STREAM = "fedbabu-finetune"
 
 class FedBABU(SharedBodyStrategy):
     name = "fedbabu"
+    evaluates_on_client = True
 
     def __init__(self, finetune_epochs: int = 1, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -24,6 +24,7 @@ HEAD_STREAM = "fedrep-head"
 
 class FedRep(SharedBodyStrategy):
     name = "fedrep"
+    evaluates_on_client = True
 
     def __init__(self, head_epochs: int = 1, **kwargs) -> None:
         super().__init__(**kwargs)

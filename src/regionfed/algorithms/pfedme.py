@@ -59,6 +59,7 @@ PERSONAL_STREAM = "pfedme-personal"
 
 class PFedMe(FedAvg):
     name = "pfedme"
+    evaluates_on_client = True
 
     def __init__(self, lam: float = 15.0, inner_steps: int = 5, eta: float | None = None,
                  beta: float = 1.0, **kwargs: Any) -> None:

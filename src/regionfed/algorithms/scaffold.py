@@ -58,6 +58,7 @@ The client step is custom, so the simulator trains SCAFFOLD's clients sequential
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,7 @@ from regionfed.algorithms.base import (
 from regionfed.algorithms.fedavg import FedAvg
 from regionfed.algorithms.fedprox import flat_parameters
 from regionfed.errors import ConfigError
+from regionfed.privacy.mechanism import clip_update
 
 #: the client state key of c_i and the instruction/metrics keys of c and Δc_i
 CONTROL = "control"
@@ -143,6 +145,15 @@ class Scaffold(FedAvg):
         return ClientResult(client.client_id, client.region, update, client.num_examples,
                             {"train_loss": loss, CONTROL_DELTA: new_own - own,
                              "local_steps": steps})
+
+    def clip_released(self, result: ClientResult) -> ClientResult:
+        """Both released vectors, Δy_i and Δc_i, are clipped on the client."""
+        result = super().clip_released(result)
+        if CONTROL_DELTA not in result.metrics:
+            return result
+        return replace(result, metrics={
+            **result.metrics,
+            CONTROL_DELTA: clip_update(result.metrics[CONTROL_DELTA], self.dp.clip)})
 
     def aggregate_train(self, rnd: int, results: list[ClientResult]) -> dict[str, Any]:
         log = super().aggregate_train(rnd, results)  # x ← x − η_g · mean(Δy)

@@ -60,6 +60,10 @@ class DPConfig(BaseModel):
             ``mode="off"``) means no noise, i.e. ε = ∞.
         clip: L2 clipping norm C > 0.
         delta: δ of the (ε, δ) guarantee, in (0, 1).
+        clip_on_client: ``user`` mode only: every client clips what it sends before it
+            leaves (:meth:`Strategy.clip_released`), so no unclipped update ever reaches
+            the server or its transport — what secure aggregation needs, where the server
+            only sees a sum. The server's clip then changes nothing (same results).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -68,6 +72,7 @@ class DPConfig(BaseModel):
     sigma: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     clip: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
+    clip_on_client: bool = False
 
     @property
     def adds_noise(self) -> bool:

@@ -167,6 +167,9 @@ class FederatedRun:
     history: list[dict[str, Any]]
     test: dict[str, Any]
     final_params: torch.Tensor
+    #: per region, the final model its clients are evaluated with, where it differs from
+    #: ``final_params`` (:func:`regional_models`)
+    regional_params: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Simulator:
@@ -385,4 +388,25 @@ def drive_rounds(strategy: Strategy, training: TrainingConfig,
         history.append(log)
         if on_round is not None:
             on_round(log)
-    return FederatedRun(history, evaluate(strategy, "test"), strategy.params.clone())
+    return FederatedRun(history, evaluate(strategy, "test"), strategy.params.clone(),
+                        regional_models(strategy))
+
+
+def regional_models(strategy: Strategy) -> dict[str, torch.Tensor]:
+    """Per region, the parameters its (first) client is evaluated with — the regional model
+    of a region-personalized strategy — where they differ from the global model. Regions
+    evaluated with an ensemble, or per client (a client-personalized strategy whose clients
+    of one region get different models), are left out."""
+    models: dict[str, torch.Tensor] = {}
+    if strategy.evaluates_on_client:
+        return models
+    for region in strategy.view.regions:
+        clients = strategy.view.clients_in(region)
+        params = [strategy.eval_params(c, region, None) for c in clients[:2]]
+        if any(isinstance(p, Ensemble) for p in params):
+            continue
+        if len(params) == 2 and not torch.equal(params[0], params[1]):
+            continue
+        if not torch.equal(params[0], strategy.params):
+            models[region] = params[0].clone()
+    return models

@@ -76,3 +76,29 @@ def test_a_train_message_runs_the_strategys_client_step():
     other = TrainInstruction("someone-else", node.client.region, start)
     with pytest.raises(DataError, match="reached the node"):
         handle_instruction(node, encode_instruction(other), state)
+
+
+def test_a_client_personalized_model_is_evaluated_on_its_node():
+    """Ditto's personal model never leaves the node: the server sends the global model, the
+    node scores the client's own personal model (as the in-process simulator does)."""
+    from flwr.app import RecordDict
+
+    from regionfed.runtime.flower.node import (
+        evaluation_counts,
+        handle_instruction,
+        score_counts,
+    )
+    from regionfed.runtime.params import get_flat
+
+    node = build_node({**RUN, "method": "ditto"}, {"partition-id": 2})
+    start = get_flat(node.task.build_model(0))
+    state = RecordDict()
+    handle_instruction(node, encode_instruction(
+        TrainInstruction(node.client.client_id, node.client.region, start)), state)
+    node.client.state = {}  # a fresh process: only context.state holds the personal model
+    counts = evaluation_counts(node, start, "val", True, state)
+    personal = node.client.state["personal"]
+    assert not torch.equal(personal, start)
+    assert counts == score_counts(node, personal, "val")
+    assert evaluation_counts(node, start, "val", False, state) == score_counts(node, start,
+                                                                               "val")

@@ -16,10 +16,10 @@ from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.flower import require_flwr
 from regionfed.runtime.flower.node import (
     build_node,
+    evaluation_counts,
     handle_instruction,
     load_run_config,
     run_settings,
-    score_counts,
 )
 from regionfed.runtime.flower.server import FlowerDriver, params_tensor
 from regionfed.runtime.simulator import FederatedRun
@@ -49,8 +49,10 @@ def make_client_app(defaults: dict[str, Any] | None = None):  # -> flwr.clientap
 
     @app.evaluate("regionfed")
     def score(message: Message, context: Any) -> Message:
-        counts = score_counts(node_of(context), params_tensor(message.content),
-                              str(message.content["meta"]["split"]))
+        meta = message.content["meta"]
+        counts = evaluation_counts(node_of(context), params_tensor(message.content),
+                                   str(meta["split"]), bool(meta.get("on_client", False)),
+                                   context.state)
         return Message(RecordDict({"counts": ConfigRecord(
             {k: float(v) for k, v in counts.items()})}), reply_to=message)
 
@@ -72,23 +74,44 @@ def make_server_app(defaults: dict[str, Any] | None = None,
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
-        text, method, seed = run_settings({**(defaults or {}), **context.run_config})
+        from regionfed.runtime.flower.deployment import (
+            OUT_KEY,
+            REPLY_TIMEOUT_KEY,
+            save_result,
+        )
+
+        settings = {**(defaults or {}), **context.run_config}
+        text, method, seed = run_settings(settings)
         config = load_run_config(text)
         # the server builds the public structure of the benchmark (regions, word list) to
         # make the same initial model as every node; client data stays on the nodes
         federation = build_federation(config.dataset, config.data)
         task = build_task(config.model, federation)
-        driver = FlowerDriver(grid, config, task, federation.regions, seed)
+        driver = FlowerDriver(grid, config, task, federation.regions, seed,
+                              timeout=float(settings.get(REPLY_TIMEOUT_KEY, 600.0)))
         strategy = build_strategy(method, config)
         ledger = PrivacyLedger(config.dp, config.training.sample_rate)
         training = config.training.model_copy(
             update={"rounds": rounds_for_budget(config, strategy, ledger)})
         driver.training = training
-        run = driver.run(strategy, on_round=on_round, ledger=ledger)
+        run = driver.run(strategy, on_round=on_round or log_round, ledger=ledger)
+        if settings.get(OUT_KEY):
+            save_result(settings[OUT_KEY], run, ledger)
         if on_result is not None:
             on_result(run, strategy, ledger)
 
     return app
+
+
+def log_round(entry: dict[str, Any]) -> None:
+    """One line per round in the ServerApp's log (what ``flwr run --stream`` shows)."""
+    from logging import INFO
+
+    from flwr.common.logger import log
+
+    val = entry.get("val", {}).get("overall")
+    log(INFO, "regionfed round %s: train loss %s, validation overall %s", entry["round"],
+        entry.get("train_loss"), "-" if val is None else f"{val:.4f}")
 
 
 def make_apps(config_yaml: str, method: str, seed: int, **server_options: Any):

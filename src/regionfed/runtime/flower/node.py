@@ -5,7 +5,9 @@ A node holds one client of the run's benchmark, chosen by its node config:
 * simulation runtime: ``partition-id`` = the client's index in the federation (its region
   follows from the federation: partition → region);
 * Deployment Engine: ``region="eu"`` and ``client-index=k`` (the k-th client of that region;
-  default 0).
+  default 0), optionally ``data-path="…"``: this machine's copy of the dataset file (it
+  replaces the run's ``data.path``; every node must read the same file content, because the
+  nodes and the server rebuild the same federation from it).
 
 The node rebuilds the federation and the task from the run's configuration (deterministic in
 its seeds, so every node and the server agree), wraps its client in the same
@@ -101,6 +103,17 @@ def client_index(federation: Federation, node_config: dict[str, Any]) -> int:
                       "partition-id in its node config")
 
 
+def with_node_data(config: RunConfig, node_config: dict[str, Any]) -> RunConfig:
+    """``config`` with ``data.path`` replaced by the node's ``data-path`` (if it has one)."""
+    if "data-path" not in node_config:
+        return config
+    if "path" not in type(config.data).model_fields:
+        raise ConfigError(f"node data-path: dataset {config.dataset} is generated, it reads "
+                          "no data file")
+    data = config.data.model_copy(update={"path": str(node_config["data-path"])})
+    return config.model_copy(update={"data": data})
+
+
 def build_node(run_config: dict[str, Any], node_config: dict[str, Any]) -> Node:
     """This node's federation, task, strategy and client (cached per process)."""
     from regionfed.data.registry import build_federation
@@ -108,7 +121,7 @@ def build_node(run_config: dict[str, Any], node_config: dict[str, Any]) -> Node:
     from regionfed.models.registry import build_task
 
     text, method, seed = run_settings(run_config)
-    config = load_run_config(text)
+    config = with_node_data(load_run_config(text), node_config)
     federation = build_federation(config.dataset, config.data)
     index = client_index(federation, node_config)
     key = (text, method, seed, index)
@@ -158,6 +171,19 @@ def handle_instruction(node: Node, content: Any, state: Any) -> Any:
         check_finite(result.update, f"client {result.client_id}")
     save_client_state(node, state)
     return encode_result(result)
+
+
+def evaluation_counts(node: Node, params: torch.Tensor, split: str, on_client: bool,
+                      state: Any) -> dict[str, float]:
+    """Score this client on ``split``: with ``params``, or when ``on_client`` (a
+    client-personalized strategy) with ``strategy.eval_params`` computed here from the
+    global ``params`` and the client's private state."""
+    if on_client:
+        restore_client_state(node, state)
+        node.strategy.params = params
+        params = node.strategy.eval_params(node.client.client_id, node.client.region,
+                                           node.client)
+    return score_counts(node, params, split)
 
 
 @torch.no_grad()

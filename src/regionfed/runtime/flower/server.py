@@ -138,14 +138,18 @@ class FlowerDriver:
 
         messages = []
         for node in self.nodes:
-            params = strategy.eval_params(node.client_id, node.region, None)
+            # a client-personalized model is made on its node, from the global model and
+            # the client's private state
+            params = (strategy.params if strategy.evaluates_on_client else
+                      strategy.eval_params(node.client_id, node.region, None))
             if isinstance(params, Ensemble):
                 raise MethodNotApplicableError(
                     f"{strategy.name} evaluates with ensembles, which the Flower runtime "
                     "does not send yet; use the in-process runtime")
             content = RecordDict({
                 "arrays": ArrayRecord(array_dict={"params": Array(params.numpy())}),
-                "meta": ConfigRecord({"split": split})})
+                "meta": ConfigRecord({"split": split,
+                                      "on_client": strategy.evaluates_on_client})})
             messages.append(Message(content, dst_node_id=node.node_id,
                                     message_type=SCORE_TYPE))
         counts = {node.client_id: dict(reply.content["counts"])
