@@ -58,6 +58,20 @@ class TrainingConfig(BaseModel):
     #: where models compute: cpu, cuda, cuda:N, or auto (a GPU when PyTorch sees one);
     #: strategies always hold CPU vectors (:mod:`regionfed.runtime.device`)
     device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:\d+)?)$")
+    #: write a round checkpoint (``runs/<name>/state/``) every this many rounds, so
+    #: ``--resume`` continues an interrupted method × seed from its last one; 0 = off
+    checkpoint_every: int = Field(1, ge=0)
+    #: per round, the probability that a client drops out (never answers) and that it
+    #: straggles (computes, but answers after the deadline); in-process runtime
+    #: (:mod:`regionfed.runtime.faults`)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
+    stragglers: float = Field(0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _someone_reports(self) -> TrainingConfig:
+        if self.dropout + self.stragglers >= 1.0:
+            raise ValueError("dropout + stragglers must be < 1 (someone has to report)")
+        return self
 
 
 class BaselinesConfig(BaseModel):
@@ -171,10 +185,14 @@ class RunConfig(BaseModel):
         return values
 
     @model_validator(mode="after")
-    def _deployment_needs_a_superlink(self) -> RunConfig:
+    def _runtime_settings(self) -> RunConfig:
         if self.runtime == "flower" and self.flower.superlink is None:
             raise ValueError("runtime flower needs flower.superlink (HOST:PORT; CLI "
                              "--superlink)")
+        if self.runtime != "inprocess" and (self.training.dropout or
+                                            self.training.stragglers):
+            raise ValueError("training.dropout and training.stragglers simulate faults in "
+                             "the in-process runtime only")
         return self
 
     def to_yaml(self) -> str:

@@ -36,6 +36,7 @@ from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
 from regionfed.runtime.pooled import run_pooled
+from regionfed.runtime.round_checkpoint import RoundCheckpoints, run_identity
 from regionfed.runtime.simulator import FederatedRun, Simulator
 from regionfed.tuning import candidates, choose, final_validation_overall
 
@@ -61,9 +62,11 @@ class MethodOutcome:
 
 
 def run_method(method: str, federation: Federation, task: Task, config: RunConfig, seed: int,
-               evaluator: FederationEvaluator, on_round: Callable[[dict], None] | None = None
+               evaluator: FederationEvaluator, on_round: Callable[[dict], None] | None = None,
+               checkpoints: RoundCheckpoints | None = None
                ) -> tuple[MethodOutcome, FederatedRun | None]:
-    """Train and evaluate one method with one seed (no file output)."""
+    """Train and evaluate one method with one seed (no file output but ``checkpoints``:
+    round checkpoints of an in-process federated run, resumed from if present)."""
     spec = get_method(method)
     start = time.perf_counter()
     run: FederatedRun | None = None
@@ -95,7 +98,8 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
         training = config.training.model_copy(
             update={"rounds": rounds_for_budget(config, strategy, ledger)})
         simulator = Simulator(federation, task, training, seed, evaluator)
-        run = simulator.run(strategy, on_round=on_round, ledger=ledger)
+        run = simulator.run(strategy, on_round=on_round, ledger=ledger,
+                            checkpoints=checkpoints)
         test, history = run.test, run.history
         privacy = ledger.to_dict()
         if isinstance(strategy, RegionFed) and config.regionfed.user_personalization:
@@ -135,9 +139,11 @@ def user_level_stage(simulator: Simulator, strategy: RegionFed, config: RegionFe
 def build_strategy(method: str, config: RunConfig) -> Strategy:
     """The configured strategy object of a federated method."""
     spec = get_method(method)
-    return spec.strategy(sample_rate=config.training.sample_rate,
-                         server_lr=config.training.server_lr, dp=config.dp,
-                         **spec.options(config))
+    strategy = spec.strategy(sample_rate=config.training.sample_rate,
+                             server_lr=config.training.server_lr, dp=config.dp,
+                             **spec.options(config))
+    strategy.report_rate = 1.0 - config.training.dropout - config.training.stragglers
+    return strategy
 
 
 def rounds_for_budget(config: RunConfig, strategy: Strategy, ledger: PrivacyLedger) -> int:
@@ -250,13 +256,14 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
                     privacy[method] = record["privacy"]
                 continue
             record = _run_and_record(method, seed, federation, task, configs[method],
-                                     evaluator, out, progress)
+                                     evaluator, out, progress, resume)
         except MethodNotApplicableError as exc:
             not_applicable[method] = str(exc)
             continue
         if record.get("privacy") is not None:
             privacy[method] = record["privacy"]
         write_json(partial, record)
+        _round_checkpoints(out, method, seed, configs[method]).remove()  # superseded
         outcomes[method].append(record)
     results = {"config": config.model_dump(mode="json"),
                "methods": {m: {**summarize_seeds(recs),
@@ -284,10 +291,43 @@ def _tuned_config(method: str, federation: Federation, task: Task, config: RunCo
     return tuned_config, record
 
 
+def _round_checkpoints(out: Path, method: str, seed: int, config: RunConfig
+                       ) -> RoundCheckpoints:
+    return RoundCheckpoints(out / "state" / f"{method}-seed{seed}.safetensors",
+                            run_identity(method, seed, config.to_yaml()),
+                            config.training.checkpoint_every)
+
+
+def _keep_metric_lines(out: Path, method: str, seed: int, through: int) -> None:
+    """Drop the round logs of ``method`` × ``seed`` after round ``through`` from
+    ``metrics.jsonl`` (a resumed run logs those rounds again)."""
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the half-written last line of a killed run
+        if entry.get("method") != method or entry.get("seed") != seed or \
+                entry.get("round", 0) <= through:
+            kept.append(line)
+    write_atomic(path, "".join(f"{line}\n" for line in kept))
+
+
 def _run_and_record(method: str, seed: int, federation: Federation, task: Task,
                     config: RunConfig, evaluator: FederationEvaluator, out: Path,
-                    progress: bool) -> dict[str, Any]:
-    """One method × seed: train, append its round logs, save its checkpoint; the record."""
+                    progress: bool, resume: bool = False) -> dict[str, Any]:
+    """One method × seed: train (continuing from its round checkpoint when resuming),
+    append its round logs, save its final checkpoint; the record."""
+    checkpoints = None
+    if (get_method(method).kind == "federated" and config.runtime == "inprocess"
+            and config.training.checkpoint_every > 0):
+        checkpoints = _round_checkpoints(out, method, seed, config)
+    if resume:
+        saved = checkpoints.saved_round() if checkpoints is not None else None
+        _keep_metric_lines(out, method, seed, saved or 0)
     rounds = tqdm(total=config.training.rounds, desc=f"  {method}", leave=False,
                   disable=not progress or get_method(method).kind == "reference",
                   unit="round")
@@ -298,7 +338,7 @@ def _run_and_record(method: str, seed: int, federation: Federation, task: Task,
 
     try:
         outcome, run = run_method(method, federation, task, config, seed, evaluator,
-                                  on_round)
+                                  on_round, checkpoints)
     finally:
         rounds.close()
     if run is not None:

@@ -48,13 +48,15 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
         handle.write(json.dumps(record, allow_nan=False) + "\n")
 
 
-def save_checkpoint(path: str | Path, tensors: dict[str, torch.Tensor]) -> None:
-    """safetensors checkpoint, written atomically."""
+def save_checkpoint(path: str | Path, tensors: dict[str, torch.Tensor],
+                    metadata: dict[str, str] | None = None) -> None:
+    """safetensors checkpoint (with optional string ``metadata``), written atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp))
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(tmp),
+                  metadata=metadata)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -206,6 +206,9 @@ class Strategy(ABC):
         self.noise = torch.Generator()
         #: (ε_LDP, what) of every local-DP report this strategy asked for (ledger input)
         self.ldp_reports: list[tuple[float, str]] = []
+        #: expected share of sampled clients whose replies arrive (1 − dropout − stragglers,
+        #: :mod:`regionfed.runtime.faults`): scales the fixed DP denominator
+        self.report_rate = 1.0
 
     def setup(self, init_params: torch.Tensor, view: FederationView,
               rng: np.random.Generator) -> None:
@@ -219,13 +222,14 @@ class Strategy(ABC):
         """The (DP) mean of the results' updates over one group of clients (SPEC §3 step 3).
 
         ``user`` mode: per-client clipping, one Gaussian on the sum, fixed denominator
-        ``expected_clients`` = q·n; ``region``: clip the weighted mean, add noise; ``off``:
-        data-size-weighted mean. ``None`` when nothing can be released (empty, non-user).
+        ``expected_clients`` = q·n (times :attr:`report_rate` when clients may fail to
+        report); ``region``: clip the weighted mean, add noise; ``off``: data-size-weighted
+        mean. ``None`` when nothing can be released (empty, non-user).
         """
         return regional_aggregate([r.update for r in results],
                                   [r.num_examples for r in results], self.dp,
-                                  expected_clients, self.noise, dim=self.params.numel(),
-                                  dtype=self.params.dtype)
+                                  expected_clients * self.report_rate, self.noise,
+                                  dim=self.params.numel(), dtype=self.params.dtype)
 
     @abstractmethod
     def run_round(self, rnd: int

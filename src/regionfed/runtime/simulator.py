@@ -36,7 +36,6 @@ from regionfed.algorithms.base import (
     FederationView,
     Strategy,
     TrainInstruction,
-    check_finite,
 )
 from regionfed.config import TrainingConfig
 from regionfed.data.federation import ClientData, Federation, concat_splits
@@ -45,6 +44,7 @@ from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.batched_training import mean_gradients_batched, train_local_batched
 from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator, loggable
+from regionfed.runtime.faults import log_rejection, rejection_reason, round_faults
 from regionfed.runtime.local_training import (
     example_losses,
     loss_sum,
@@ -53,6 +53,7 @@ from regionfed.runtime.local_training import (
     train_local,
 )
 from regionfed.runtime.params import declared_blocks, get_flat, set_flat
+from regionfed.runtime.round_checkpoint import RoundCheckpoints
 
 RoundCallback = Callable[[dict[str, Any]], None]
 
@@ -244,6 +245,10 @@ class Simulator:
         round_start = time.perf_counter()
         seconds: dict[str, float] = {}
         batched_mode = self.batching_mode(strategy) == "batched"
+        faults = round_faults(list(self.clients), self.training.dropout,
+                              self.training.stragglers, self.seed, rnd)
+        rejected: dict[str, str] = {}
+        dim = strategy.params.numel()
         exchange = strategy.run_round(rnd)
         first: list[float] | None = None
         instructions = next(exchange)
@@ -251,7 +256,8 @@ class Simulator:
             start = time.perf_counter()
             shared = self._shared_validation_losses(instructions)
             results: list[ClientResult | None] = [shared.get(i) for i in range(len(instructions))]
-            todo = [i for i, r in enumerate(results) if r is None]
+            todo = [i for i, r in enumerate(results)
+                    if r is None and instructions[i].client_id not in faults.dropped]
             # windows of at most max_batched_clients: only one window's batched results wait
             # in memory (8,000 clients × a full parameter vector would not fit otherwise)
             window = self.training.max_batched_clients if batched_mode else len(todo) or 1
@@ -260,15 +266,22 @@ class Simulator:
                 if batched_mode:
                     self._prepare_batched([instructions[i] for i in part])
                 for i in part:
-                    result = strategy.handle(instructions[i],
-                                             self.clients[instructions[i].client_id])
-                    if result.update is not None:
-                        check_finite(result.update,
-                                     f"client {result.client_id} in round {rnd}")
-                    results[i] = result
+                    client_id = instructions[i].client_id
+                    result = strategy.handle(instructions[i], self.clients[client_id])
+                    reason = rejection_reason(result, dim)
+                    if reason is not None:
+                        rejected[client_id] = reason
+                        log_rejection(client_id, rnd, reason)
+                    else:
+                        results[i] = result
+            # who reported in time: not the dropped, not the late, not the rejected
+            results = [r if r is not None and instructions[i].client_id not in faults.dropped
+                       and instructions[i].client_id not in faults.late else None
+                       for i, r in enumerate(results)]
             kinds = "+".join(sorted({ins.kind + ("-score" if ins.config.get("score") else "")
                                      for ins in instructions})) or "empty"
             seconds[kinds] = seconds.get(kinds, 0.0) + time.perf_counter() - start
+            results = [r for r in results if r is not None]
             if first is None:
                 first = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
             try:
@@ -277,7 +290,11 @@ class Simulator:
             except StopIteration as done:
                 seconds["server"] = time.perf_counter() - round_start - sum(seconds.values())
                 self.last_round_seconds = seconds
-                return done.value, first
+                log = dict(done.value)
+                if faults.dropped or faults.late or rejected:
+                    log["faults"] = {"dropped": len(faults.dropped), "late": len(faults.late),
+                                     "rejected": dict(sorted(rejected.items()))}
+                return log, first
 
     def _prepare_batched(self, instructions: list[TrainInstruction]) -> None:
         """Compute the exchange's plain ``train`` and ``gradient`` instructions as batched
@@ -347,12 +364,24 @@ class Simulator:
         return out
 
     def run(self, strategy: Strategy, on_round: RoundCallback | None = None,
-            ledger: PrivacyLedger | None = None) -> FederatedRun:
+            ledger: PrivacyLedger | None = None,
+            checkpoints: RoundCheckpoints | None = None) -> FederatedRun:
         """Run ``training.rounds`` rounds; ``ledger`` (if given) records every round's
-        releases and the round log carries the ε spent so far (PLD; ``None`` = ∞)."""
+        releases and the round log carries the ε spent so far (PLD; ``None`` = ∞). With
+        ``checkpoints``, the run continues from its last round checkpoint (if any) and
+        writes one after every ``checkpoints.every`` rounds."""
         strategy.setup(get_flat(self.model), self.view,
                        np.random.default_rng(derived_seed(self.seed, 7919)))
         mode = self.batching_mode(strategy)
+        first_round, history, after_round = 1, None, None
+        if checkpoints is not None:
+            saved = checkpoints.load_into(strategy, self.clients, ledger)
+            if saved is not None:
+                first_round, history = saved[0] + 1, saved[1]
+
+            def after_round(rnd: int, history: list[dict[str, Any]]) -> None:
+                if checkpoints.due(rnd, self.training.rounds):
+                    checkpoints.save(rnd, strategy, self.clients, ledger, history)
 
         def one_round(rnd: int) -> tuple[dict[str, Any], list[float]]:
             self.current_round = rnd
@@ -360,20 +389,26 @@ class Simulator:
             return {**log, "client_batching": mode}, losses
 
         return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
-                            ledger)
+                            ledger, first_round=first_round, history=history,
+                            after_round=after_round)
 
 
 def drive_rounds(strategy: Strategy, training: TrainingConfig,
                  one_round: Callable[[int], tuple[dict[str, Any], list[float]]],
                  evaluate: Callable[[Strategy, str], dict[str, Any]],
                  on_round: RoundCallback | None = None,
-                 ledger: PrivacyLedger | None = None) -> FederatedRun:
+                 ledger: PrivacyLedger | None = None, *, first_round: int = 1,
+                 history: list[dict[str, Any]] | None = None,
+                 after_round: Callable[[int, list[dict[str, Any]]], None] | None = None
+                 ) -> FederatedRun:
     """The round loop every runtime shares (in-process, Flower): ``one_round(rnd)`` runs the
     strategy's exchanges and returns (round log, training losses); then the ledger records
     the round's releases, validation runs every ``eval_every`` rounds and at the end, and the
-    final models are scored on the test splits."""
-    history = []
-    for rnd in range(1, training.rounds + 1):
+    final models are scored on the test splits. A resumed run starts at ``first_round`` with
+    the earlier rounds' ``history``; ``after_round(rnd, history)`` runs after each round's
+    log (round checkpoints)."""
+    history = [] if history is None else history
+    for rnd in range(first_round, training.rounds + 1):
         round_log, losses = one_round(rnd)
         log: dict[str, Any] = {"round": rnd, **round_log}
         if ledger is not None:
@@ -388,6 +423,8 @@ def drive_rounds(strategy: Strategy, training: TrainingConfig,
         history.append(log)
         if on_round is not None:
             on_round(log)
+        if after_round is not None:
+            after_round(rnd, history)
     return FederatedRun(history, evaluate(strategy, "test"), strategy.params.clone(),
                         regional_models(strategy))
 
