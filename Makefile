@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/regionfed run --config configs/default.yaml
+	$(BIN)/regionfed run --config configs/default.yaml --report
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks experiments

@@ -111,6 +111,10 @@ def two_region_quadratics() -> tuple[dict[str, QuadraticClient], FederationView]
     return clients, view
 
 
+#: tests/fixtures: small data files of every supported format
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
 def shared_data(*parts: str) -> Path:
     """A path under the prepared real-data folder (``../shared/data`` beside the checkout,
     as the data README says; ``$REGIONFED_SHARED_DATA`` overrides; a fresh clone elsewhere on

@@ -135,7 +135,9 @@ def test_report_writes_markdown_and_curves(tmp_path, capsys):
     code, stdout, _ = run_cli(capsys, "report", str(out))
     assert code == 0 and "| regionfed-grad" in stdout and "Users improved" in stdout
     assert (out / "report.md").read_text() == stdout.rstrip("\n") + "\n"
-    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for png in ("convergence.png", "per_region.png", "trajectories-regionfed-grad.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({png})" in stdout
     code, _, err = run_cli(capsys, "report", str(tmp_path / "missing"))
     assert code == 2 and err.startswith("error:") and "not found" in err
     (tmp_path / "bad").mkdir()

@@ -142,6 +142,8 @@ def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) 
                    "existing folder gets a -2, -3… suffix instead of being overwritten)")
     p.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--report", action="store_true",
+                   help="finish by writing report.md and its plots (as regionfed report)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,11 +194,34 @@ def build_parser() -> argparse.ArgumentParser:
                          help="also compute the σ needed to reach this ε")
     privacy.add_argument("--json", action="store_true", help="print JSON")
     report = sub.add_parser(
-        "report", help="markdown report + validation-curve PNG from finished runs",
-        description="Write report.md and curves.png into each run folder and print the "
-        "markdown.", formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  regionfed report runs/default\n")
+        "report", help="markdown report with PNG plots from finished runs",
+        description="Write report.md and its plots into each run folder — convergence, "
+        "per-region bars, RegionFed α_r/ρ_r/strategy per region over rounds — and print "
+        "the markdown. With several runs, also a combined report (--out) with their tables "
+        "and, when their σ differ, the privacy–utility plot.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  regionfed report runs/default\n"
+        "  regionfed report runs/cmp/no-dp runs/cmp/dp --out runs/cmp/report\n")
     report.add_argument("runs", nargs="+", metavar="DIR", help="run folders")
+    report.add_argument("--out", metavar="DIR",
+                        help="folder of the combined report of several runs "
+                        "(default runs/report)")
+    predict = sub.add_parser(
+        "predict", help="intent, corrected query and NER tags from a finished run",
+        description="Answer queries with a region's final model and with the global model "
+        "of a finished run (paper Table 3): intent, corrected query, one BIO tag per word.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  regionfed predict runs/default --region region_01 "
+        "\"cheap runing shoes\" \"nike air max size 10\"\n"
+        "  regionfed predict runs/default --region region_00 --method fedavg --json "
+        "\"iphone case\"\n")
+    predict.add_argument("run", metavar="DIR", help="a finished run folder")
+    predict.add_argument("queries", nargs="+", metavar="QUERY", help="queries to answer")
+    predict.add_argument("--region", required=True, help="whose model answers")
+    predict.add_argument("--method", help="trained method (default: the best one with "
+                         "regional models, else the best trained one)")
+    predict.add_argument("--seed", type=int, default=0, help="which seed's model (default 0)")
+    predict.add_argument("--json", action="store_true", help="print JSON")
     _add_flower_commands(sub)
     return parser
 
@@ -261,6 +286,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = run_experiment(config, out, progress=not args.quiet, resume=bool(args.resume))
     print(results_table(results))
     print(f"\nresults: {out / 'results.json'}")
+    if args.report:
+        from regionfed.report import write_report
+
+        write_report(out)
+        print(f"report: {out / 'report.md'}")
     return 0
 
 
@@ -299,9 +329,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         settings = [("Without DP", with_overrides(config, {"dp.mode": "off"})),
                     ("With DP", config)]
     start = time.perf_counter()
-    done = []
+    done, folders = [], []
     for title, setting in settings:
         folder = out / ("no-dp" if setting.dp.mode == "off" else "dp")
+        folders.append(folder)
         if len(settings) > 1:
             print(f"== {title} → {folder}", flush=True)
         done.append((title, run_experiment(setting, folder, progress=not args.quiet,
@@ -315,6 +346,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         write_atomic(Path(args.markdown), markdown)
     print(markdown)
     print(f"results: {out / 'results.md'}")
+    if args.report:
+        from regionfed.report import write_combined_report
+
+        write_combined_report(folders, out / "report")
+        print(f"report: {out / 'report' / 'report.md'}")
     return 0
 
 
@@ -343,11 +379,25 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from regionfed.report import write_report
+def cmd_predict(args: argparse.Namespace) -> int:
+    import json
 
-    for folder in args.runs:
-        print(write_report(Path(folder)))
+    from regionfed.predict import format_predictions, predict_queries
+
+    result = predict_queries(args.run, args.region, args.queries, args.method, args.seed)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else format_predictions(result))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from regionfed.report import write_combined_report, write_report
+
+    if len(args.runs) == 1:
+        print(write_report(Path(args.runs[0])))
+        return 0
+    out = Path(args.out) if args.out else Path("runs") / "report"
+    print(write_combined_report([Path(f) for f in args.runs], out))
+    print(f"report: {out / 'report.md'}")
     return 0
 
 
@@ -378,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in reports
     try:
         return {"run": cmd_run, "compare": cmd_compare, "privacy": cmd_privacy,
-                "report": cmd_report, "flower": cmd_flower}[args.command](args)
+                "report": cmd_report, "flower": cmd_flower,
+                "predict": cmd_predict}[args.command](args)
     except RegionFedError as exc:
         if args.debug:
             raise

@@ -272,6 +272,9 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
                "not_applicable": not_applicable}
     write_json(out / "results.json", results)
     write_json(out / "privacy.json", {"methods": privacy})
+    state = out / "state"
+    if state.is_dir() and not any(state.iterdir()):
+        state.rmdir()
     return results
 
 

@@ -1,5 +1,6 @@
 """Reports: the one-screen results table (Table-1 layout) and ``regionfed report``
-(markdown + a PNG of validation curves from a run's outputs)."""
+(markdown + PNG plots from a run's outputs; several runs: a combined report with the
+privacy–utility plot)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ from typing import Any
 
 from regionfed.errors import DataError
 from regionfed.io import write_atomic
+from regionfed.report_plots import (
+    plot_convergence,
+    plot_per_region,
+    plot_privacy_utility,
+    plot_regionfed,
+    read_metrics,
+    validation_curves,
+)
 
 COLUMNS = (("Overall", "overall"), ("Intent", "intent"), ("Spell", "spell"),
            ("NER-F1", "ner_f1"), ("RRS", "rrs"), ("Worst region", "worst_region"))
@@ -121,64 +130,83 @@ def user_personalization_table(results: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
-def validation_curves(metrics_path: Path) -> dict[str, dict[int, float]]:
-    """Method → round → validation Overall (mean over seeds) from ``metrics.jsonl``."""
-    sums: dict[str, dict[int, list[float]]] = {}
-    for line in metrics_path.read_text().splitlines():
-        record = json.loads(line)
-        if "val" in record:
-            sums.setdefault(record["method"], {}).setdefault(record["round"], []).append(
-                record["val"]["overall"])
-    return {m: {r: sum(v) / len(v) for r, v in sorted(rounds.items())}
-            for m, rounds in sums.items()}
-
-
-def plot_curves(curves: dict[str, dict[int, float]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for method, points in curves.items():
-        ax.plot(list(points), [100 * v for v in points.values()], marker="o", label=method)
-    ax.set_xlabel("round")
-    ax.set_ylabel("validation Overall (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def write_report(run_dir: Path) -> str:
-    """``report.md`` and ``curves.png`` in ``run_dir`` from its outputs; returns the markdown."""
+def load_results(run_dir: Path) -> dict[str, Any]:
+    """A finished run's ``results.json`` (a clear :class:`DataError` otherwise)."""
     results_path = run_dir / "results.json"
     if not results_path.exists():
         raise DataError(f"{results_path} not found (is {run_dir} a finished run?)")
     try:
         results = json.loads(results_path.read_text())
-        table = results_table(results)
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        results_table(results)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"{results_path} is not a regionfed results file ({exc})") from None
+    return results
+
+
+def write_report(run_dir: Path) -> str:
+    """``report.md`` and its PNG plots in ``run_dir`` (:mod:`regionfed.report_plots`);
+    returns the markdown."""
+    results = load_results(run_dir)
     config = results.get("config", {})
     dp = config.get("dp", {})
     training = config.get("training", {})
-    parts = [f"# {config.get('name', run_dir.name)}", "",
+    title = config.get("name", run_dir.name)
+    parts = [f"# {title}", "",
              f"{config.get('dataset')} · {config.get('seeds')} seed(s) · "
              f"{training.get('rounds')} rounds × {training.get('local_epochs')} local epoch(s) · "
              f"DP {dp.get('mode')} (σ = {dp.get('sigma')}, C = {dp.get('clip')}) · "
-             f"values in %, mean ± std over seeds", "", table]
+             f"values in %, mean ± std over seeds", "", results_table(results)]
     users = user_personalization_table(results)
     if users:
         parts += ["", "User-level personalization (paper Eq. 5/7, test data):", "", users]
+    if plot_per_region(results, run_dir / "per_region.png", title):
+        parts += ["", "## Per region (test)", "", "![per-region test Overall](per_region.png)"]
     metrics_path = run_dir / "metrics.jsonl"
     if metrics_path.exists():
-        curves = validation_curves(metrics_path)
+        records = read_metrics(metrics_path)
+        curves = validation_curves(records)
         if curves:
-            plot_curves(curves, run_dir / "curves.png", config.get("name", run_dir.name))
-            parts += ["", "![validation curves](curves.png)"]
+            plot_convergence(curves, run_dir / "convergence.png", title)
+            parts += ["", "## Convergence (validation)", "",
+                      "![validation Overall per round](convergence.png)"]
+        for method in results.get("methods", {}):
+            png = f"trajectories-{method}.png"
+            if plot_regionfed(records, method, run_dir / png, title):
+                parts += ["", f"## {method}: α_r, ρ_r and strategy per region (seed 0)", "",
+                          f"![{method} trajectories]({png})"]
     markdown = "\n".join(parts) + "\n"
     write_atomic(run_dir / "report.md", markdown)
+    return markdown
+
+
+def privacy_points(runs: list[dict[str, Any]]) -> dict[str, list[tuple[float | None, float]]]:
+    """Method → (ε, test Overall) over runs (ε ``None`` = no DP)."""
+    points: dict[str, list[tuple[float | None, float]]] = {}
+    for results in runs:
+        for method, summary in results.get("methods", {}).items():
+            if summary.get("overall") is not None:
+                points.setdefault(method, []).append((summary.get("epsilon"),
+                                                      summary["overall"]))
+    return points
+
+
+def write_combined_report(run_dirs: list[Path], out: Path) -> str:
+    """Every run's report, and ``out/report.md`` with their tables side by side and, when
+    the runs differ in σ, the privacy–utility plot; returns the combined markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    parts = ["# regionfed report", ""]
+    for run_dir in run_dirs:
+        write_report(run_dir)
+        results = load_results(run_dir)
+        runs.append(results)
+        dp = results.get("config", {}).get("dp", {})
+        parts += [f"## {run_dir}", "", f"DP {dp.get('mode')} (σ = {dp.get('sigma')})", "",
+                  results_table(results), "", f"Details: {run_dir / 'report.md'}", ""]
+    sigmas = {(r["config"]["dp"]["mode"] != "off") * r["config"]["dp"]["sigma"] for r in runs}
+    if len(sigmas) > 1:
+        plot_privacy_utility(privacy_points(runs), out / "privacy_utility.png")
+        parts += ["## Privacy–utility", "", "![test Overall vs ε](privacy_utility.png)", ""]
+    markdown = "\n".join(parts)
+    write_atomic(out / "report.md", markdown)
     return markdown

@@ -82,10 +82,12 @@ def test_an_unreachable_superlink_is_a_clear_error(tmp_path, capsys):
     assert len(err) == 1 and f"127.0.0.1:{port}" in err[0]
 
 
-def test_every_flower_process_is_gone_after_the_deployment_stops(tmp_path):
-    """Stopping terminates each process group; nothing survives (checked by PID)."""
+def test_every_flower_process_is_gone_after_the_deployment_stops(tmp_path, monkeypatch):
+    """Stopping terminates each process group; nothing survives (checked by PID). The venv
+    is not activated (as under ``make test``): Flower still finds its helper scripts."""
     from regionfed.runtime.flower.processes import LocalDeployment
 
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
     deployment = LocalDeployment([("region_00", 0)], tmp_path / "flower")
     with deployment:
         pids = [p.pid for p in deployment.processes]
@@ -107,3 +109,12 @@ def test_a_busy_port_is_refused_before_anything_starts():
         assert not port_is_free(busy.getsockname()[1])
     with pytest.raises(DeploymentError, match="never within 0.5 s"):
         wait_for(lambda: False, 0.5, "never")
+
+
+def test_a_process_that_cannot_start_fails_the_deployment_at_once(tmp_path):
+    from regionfed.errors import DeploymentError
+    from regionfed.runtime.flower.processes import LocalDeployment
+
+    with pytest.raises(DeploymentError, match="exited with status 2: error: --region"):
+        with LocalDeployment([("", 0)], tmp_path / "flower", start_timeout_s=60):
+            pass

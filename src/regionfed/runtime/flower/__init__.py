@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,12 +36,18 @@ STATE_KEYS = ("FLWR_HOME", "RAY_TMPDIR", "UV_CACHE_DIR")
 
 def flower_environment(env: dict[str, str] | None = None, prefix: str = "rf-flower-",
                        state_keys: tuple[str, ...] = STATE_KEYS) -> dict[str, str]:
-    """Switch off Flower's and Ray's network calls in ``env`` (default ``os.environ``) and
-    point the ``state_keys`` that are not set yet at one new folder in /tmp; returns
-    ``env``."""
+    """Switch off Flower's and Ray's network calls in ``env`` (default ``os.environ``), put
+    this interpreter's scripts folder on ``PATH``, and point the ``state_keys`` that are not
+    set yet at one new folder in /tmp; returns ``env``."""
     env = os.environ if env is None else env
     for key, value in QUIET_ENV.items():
         env.setdefault(key, value)
+    # Flower starts its helpers (flower-superexec, flwr-serverapp, …) by name: this
+    # interpreter's scripts folder must be on PATH even when the venv is not activated
+    scripts = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if scripts not in path.split(os.pathsep):
+        env["PATH"] = scripts + (os.pathsep + path if path else "")
     missing = [key for key in state_keys if key not in env]
     if missing:
         # short: Ray's unix socket paths below it must stay under 107 bytes

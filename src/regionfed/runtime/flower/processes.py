@@ -131,6 +131,7 @@ class LocalDeployment:
         self.nodes, self.folder = list(nodes), Path(folder)
         self.start_timeout_s, self.grace_s = start_timeout_s, grace_s
         self.processes: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
         self.address = ""
 
     def __enter__(self) -> LocalDeployment:
@@ -149,16 +150,27 @@ class LocalDeployment:
         self.folder.mkdir(parents=True, exist_ok=True)
         link_port, *node_ports = free_ports(1 + len(self.nodes))
         link_log = self._start("superlink", "superlink", "--port", str(link_port))
-        wait_for(lambda: superlink_is_healthy(link_port), self.start_timeout_s,
-                 "the SuperLink did not answer /health")
+        wait_for(lambda: self._alive() and superlink_is_healthy(link_port),
+                 self.start_timeout_s, "the SuperLink did not answer /health")
         self.address = f"127.0.0.1:{link_port}"
         for (region, index), port in zip(self.nodes, node_ports, strict=True):
             self._start(f"node-{region}-{index}", "node", "--superlink", self.address,
                         "--region", region, "--client-index", str(index),
                         "--port", str(port))
-        wait_for(lambda: link_log.read_text().count("Activated node_id") >= len(self.nodes),
+        wait_for(lambda: self._alive()
+                 and link_log.read_text().count("Activated node_id") >= len(self.nodes),
                  self.start_timeout_s, f"{len(self.nodes)} SuperNodes did not register")
         return self.address
+
+    def _alive(self) -> bool:
+        """True while every started process runs; a :class:`DeploymentError` with the end
+        of its log as soon as one has exited."""
+        for process, log in zip(self.processes, self.logs, strict=True):
+            if process.poll() is not None:
+                lines = [x for x in log.read_text().splitlines() if x.strip()]
+                raise DeploymentError(f"{log.stem} exited with status {process.returncode}: "
+                                      f"{lines[-1] if lines else 'no output'} (log: {log})")
+        return True
 
     def _start(self, name: str, *args: str) -> Path:
         home = self.folder / f"{name}-home"
@@ -169,6 +181,7 @@ class LocalDeployment:
             self.processes.append(subprocess.Popen(
                 [sys.executable, "-m", "regionfed", "flower", *args], stdout=out,
                 stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        self.logs.append(log)
         return log
 
     def stop(self) -> None:
@@ -192,7 +205,7 @@ class LocalDeployment:
             wait_for(lambda: not any(map(_group_exists, groups)), self.grace_s,
                      "Flower processes were still running after SIGKILL")
         finally:
-            self.processes = []
+            self.processes, self.logs = [], []
 
 
 def _group_exists(pgid: int) -> bool:
