@@ -129,7 +129,7 @@ def test_bad_data_files(case, tmp_path, capsys):
     (["frobnicate"], "frobnicate"),
     (["privacy", "--sigma", "1"], "required"),
     (["run", "--resume", "/no/such/run"], "/no/such/run/config.yaml"),
-    (["predict", "/no/such/run", "--region", "eu", "shoes"], "not a run folder"),
+    (["predict", "--run", "/no/such/run", "--region", "eu", "shoes"], "not a run folder"),
     (["report", "/no/such/run"], "not found"),
 ])
 def test_bad_command_lines(argv, message, capsys):

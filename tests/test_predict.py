@@ -56,15 +56,16 @@ def test_a_regions_answers_reproduce_its_reported_test_accuracy(finished):
 def test_a_global_method_answers_the_same_in_every_region(finished, capsys):
     answer = predict_queries(finished, "region_01", ["cheap runing shoes"], "fedavg")
     assert not answer.regional_model and answer.regional == answer.global_
-    assert main(["predict", str(finished), "--region", "region_00", "--method", "fedavg",
-                 "--json", "cheap runing shoes", "nike air max"]) == 0
+    assert main(["predict", "--run", str(finished), "--region", "region_00", "--method",
+                 "fedavg", "--json", "cheap runing shoes", "nike air max"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [a["query"] for a in data["global"]] == ["cheap runing shoes", "nike air max"]
     assert all(a["intent"] in INTENTS for a in data["regional"])
 
 
 def test_the_default_is_the_best_method_with_regional_models(finished, capsys):
-    assert main(["predict", str(finished), "--region", "region_00", "red nike shoes"]) == 0
+    assert main(["predict", "--run", str(finished), "--region", "region_00",
+                 "red nike shoes"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("regionfed-grad (seed 0), region region_00")
     assert 'query: "red nike shoes"' in out and "regional" in out and "global" in out
@@ -79,7 +80,7 @@ def test_the_default_is_the_best_method_with_regional_models(finished, capsys):
     (["--region", "region_00", "--seed", "3", "shoes"], "checkpoint not found"),
 ])
 def test_bad_predict_input_is_one_error_line(finished, capsys, args, message):
-    assert main(["predict", str(finished), *args]) == 2
+    assert main(["predict", "--run", str(finished), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and message in err[0]
 

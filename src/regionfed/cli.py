@@ -61,12 +61,12 @@ EXAMPLES = """examples:
   regionfed run --set data.regional_bias=0.5 --set training.optimizer.lr=0.001
   regionfed run --methods fedavg,regionfed-grad --dp-sigma 4 --dp-clip 1 --sample-rate 0.5
   regionfed run --resume runs/default             # finish an interrupted run
-  regionfed run --dataset femnist --model cnn --methods fedavg,regionfed-grad --rounds 5 \
+  regionfed run --dataset femnist --model cnn --methods fedavg,regionfed-grad --rounds 5 \\
       --local-epochs 2 --set data.num_regions=4   # real LEAF FEMNIST (../shared/data)
-  regionfed run --model t5-tiny --methods fedavg,regionfed-grad --rounds 2 \
+  regionfed run --model t5-tiny --methods fedavg,regionfed-grad --rounds 2 \\
       --num-queries 1200                          # T5 text-to-text, parsed generations
   regionfed run --model minilm --methods fedavg --rounds 2 --set training.optimizer.lr=5e-5
-  regionfed run --runtime flower --superlink 127.0.0.1:9093 --methods regionfed-grad \
+  regionfed run --runtime flower --superlink 127.0.0.1:9093 --methods regionfed-grad \\
       --regions 2 --clients-per-region 2   # SuperNodes: see 'regionfed flower --help'
 """
 
@@ -76,7 +76,7 @@ FLOWER_EXAMPLES = """examples (one machine, loopback; each line in its own termi
   regionfed flower node --superlink 127.0.0.1:9093 --region region_00 --client-index 1 --port 9101
   regionfed flower node --superlink 127.0.0.1:9093 --region region_01 --client-index 0 --port 9102
   regionfed flower node --superlink 127.0.0.1:9093 --region region_01 --client-index 1 --port 9103
-  regionfed run --runtime flower --superlink 127.0.0.1:9093 --methods fedavg,regionfed-grad \
+  regionfed run --runtime flower --superlink 127.0.0.1:9093 --methods fedavg,regionfed-grad \\
       --regions 2 --clients-per-region 2 --rounds 2
 """
 
@@ -211,11 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Answer queries with a region's final model and with the global model "
         "of a finished run (paper Table 3): intent, corrected query, one BIO tag per word.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  regionfed predict runs/default --region region_01 "
+        epilog="examples:\n  regionfed predict --run runs/default --region price_conscious "
         "\"cheap runing shoes\" \"nike air max size 10\"\n"
-        "  regionfed predict runs/default --region region_00 --method fedavg --json "
+        "  regionfed predict --run runs/default --region urban_tech --method fedavg --json "
         "\"iphone case\"\n")
-    predict.add_argument("run", metavar="DIR", help="a finished run folder")
+    predict.add_argument("--run", required=True, metavar="DIR", help="a finished run folder")
     predict.add_argument("queries", nargs="+", metavar="QUERY", help="queries to answer")
     predict.add_argument("--region", required=True, help="whose model answers")
     predict.add_argument("--method", help="trained method (default: the best one with "

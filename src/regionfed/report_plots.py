@@ -29,6 +29,12 @@ def _pyplot() -> Any:
     return plt
 
 
+def _integer_rounds(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def read_metrics(metrics_path: Path) -> list[dict[str, Any]]:
     """The round logs of ``metrics.jsonl`` (a half-written last line is skipped)."""
     records = []
@@ -57,6 +63,7 @@ def plot_convergence(curves: dict[str, dict[int, float]], path: Path, title: str
     for method, points in curves.items():
         ax.plot(list(points), [100 * v for v in points.values()], marker="o", markersize=3,
                 label=method)
+    _integer_rounds(ax)
     ax.set_xlabel("round")
     ax.set_ylabel("validation Overall (%)")
     ax.set_title(f"{title}: convergence")
@@ -86,7 +93,7 @@ def plot_per_region(results: dict[str, Any], path: Path, title: str) -> bool:
     ax.set_ylabel("test Overall (%)")
     ax.set_title(f"{title}: per region")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -123,21 +130,23 @@ def plot_regionfed(records: list[dict[str, Any]], method: str, path: Path, title
             points = {r: v for r, v in series[key].get(region, {}).items() if v is not None}
             ax.plot(list(points), list(points.values()), marker="o", markersize=3,
                     label=region)
+        _integer_rounds(ax)
         ax.set_xlabel("round")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, ncol=2)
+    axes[0].legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     ax = axes[2]
     for row, region in enumerate(regions):
         for rnd, strategy in series["strategy"].get(region, {}).items():
             ax.scatter(rnd, row, color=STRATEGY_COLOURS.get(str(strategy), "grey"), s=30,
                        marker="s")
     ax.set_yticks(range(len(regions)), regions, fontsize=7)
+    _integer_rounds(ax)
     ax.set_xlabel("round")
     ax.set_title("strategy per region")
     for name, colour in STRATEGY_COLOURS.items():
         ax.scatter([], [], color=colour, marker="s", label=name)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4)
     fig.suptitle(f"{title}: {method}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
