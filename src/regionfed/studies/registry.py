@@ -1,0 +1,137 @@
+"""The paper's studies as configuration grids (issue 10): each study is a list of variants
+(dotted config overrides), the methods it compares, and two sizes — ``reduced`` (the default:
+about an hour per study on 2 CPU cores) and ``full`` (the paper's setting, ``--full``).
+
+Sizes are overrides of the run configuration too, so one mechanism builds every run:
+``base size ← variant ← --set``. Paper numbers for each study live in
+``paper_claims.yaml`` beside this file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from regionfed.errors import ConfigError
+
+#: the reduced size every study starts from (esci-synth, tiny model)
+REDUCED: dict[str, Any] = {"data.num_queries": 8000, "data.num_regions": 8,
+                           "data.clients_per_region": 5, "training.rounds": 10,
+                           "training.eval_every": 5, "regionfed.rho_tolerance": 0.05}
+#: the paper's protocol size (App. B: 8 regions × 10 clients, 50 rounds, 5 seeds)
+FULL: dict[str, Any] = {"data.num_queries": 20000, "data.num_regions": 8,
+                        "data.clients_per_region": 10, "training.rounds": 50,
+                        "training.eval_every": 5}
+#: the personalised comparison set most studies report
+CORE_METHODS = ("fedavg", "ditto", "region-fedavg", "regionfed-grad", "regionfed-interp",
+                "regionfed-meta")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One point of a study: a label and the config overrides that make it."""
+
+    label: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    #: the methods of this point (default: the study's)
+    methods: tuple[str, ...] | None = None
+    #: which result is this point's utility: ``overall``, or ``personalized`` (the Overall
+    #: after RegionFed's user-level stage, paper Eq. 5/7)
+    metric: str = "overall"
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    title: str
+    paper: str  # which table / section of the paper it reproduces
+    question: str  # what the study answers, in one line
+    methods: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    reduced: dict[str, Any] = field(default_factory=lambda: dict(REDUCED))
+    full: dict[str, Any] = field(default_factory=lambda: dict(FULL))
+    seeds: int = 3
+    full_seeds: int = 5
+
+    def size(self, full: bool) -> dict[str, Any]:
+        return dict(self.full if full else self.reduced)
+
+
+def _ablation() -> tuple[Variant, ...]:
+    """Paper Table 14: adaptive α × hierarchical (user-level) personalization × golden-section
+    ρ, all 8 combinations, on regionfed-grad (off = fixed α 0.75, Overall before the
+    user-level stage, fixed ρ = 1)."""
+    variants = []
+    for alpha in (False, True):
+        for hierarchy in (False, True):
+            for rho in (False, True):
+                parts = [name for name, on in (("α", alpha), ("hierarchy", hierarchy),
+                                               ("ρ", rho)) if on]
+                label = " + ".join(parts) if parts else "regional only"
+                variants.append(Variant(
+                    label,
+                    {"regionfed.fixed_alpha": None if alpha else 0.75,
+                     "regionfed.rho_search": rho, "regionfed.user_personalization": hierarchy},
+                    methods=("regionfed-grad",),
+                    metric="personalized" if hierarchy else "overall"))
+    return tuple(variants)
+
+
+def _sensitivity() -> tuple[Variant, ...]:
+    """Paper Tables 15–18 on regionfed-meta: τ, μ perturbation, α_min, and C at σ = 4."""
+    meta = ("regionfed-meta",)
+    variants = [Variant(f"τ={tau}", {"regionfed.tau": tau}, meta)
+                for tau in (0.5, 0.75, 1.0, 1.5, 2.0)]
+    variants += [Variant(f"μ perturbation={mu:+.0%}", {"regionfed.mu_perturbation": mu}, meta)
+                 for mu in (-0.2, -0.1, 0.0, 0.1, 0.2)]
+    variants += [Variant(f"α_min={a}", {"regionfed.alpha_min": a}, meta)
+                 for a in (0.0, 0.25, 0.5, 0.75)]
+    variants += [Variant(f"C={c}", {"dp.mode": "user", "dp.sigma": 4.0, "dp.clip": c,
+                                    "training.sample_rate": 0.5}, meta)
+                 for c in (0.1, 0.5, 1.0, 2.0, 5.0)]
+    return tuple(variants)
+
+
+STUDIES: dict[str, Study] = {s.name: s for s in (
+    Study("heterogeneity", "Robustness to heterogeneity", "Table 2 and Table 11",
+          "how each method holds up as clients' data get more skewed (Dirichlet α_D)",
+          CORE_METHODS,
+          tuple(Variant(f"α_D={a}", {"data.alpha_d": a}) for a in (1.0, 0.3, 0.1))),
+    Study("regions", "Scale in the number of regions", "Table 12",
+          "whether RegionFed's gain survives 4, 8 and 16 regions",
+          ("fedavg", "region-fedavg", "regionfed-grad", "regionfed-meta"),
+          tuple(Variant(f"{m} regions", {"data.num_regions": m}) for m in (4, 8, 16))),
+    Study("assignment", "Region misspecification", "Table 13",
+          "what happens when the regions do not match the data's real structure",
+          ("fedavg", "regionfed-meta"),
+          tuple(Variant(mode, {"data.region_assignment": mode})
+                for mode in ("semantic", "geographic", "random", "adversarial"))),
+    Study("ablation", "Component ablation", "Table 14",
+          "what adaptive α, user-level personalization and golden-section ρ each add",
+          ("regionfed-grad",), _ablation()),
+    Study("sensitivity", "Hyper-parameter sensitivity", "Tables 15–18",
+          "how much τ, a misestimated μ_r, α_min and the clipping norm C matter",
+          ("regionfed-meta",), _sensitivity()),
+    Study("privacy", "Privacy–utility", "Table 19",
+          "what user-level DP costs at each σ, with ε from the ledger",
+          ("fedavg", "region-fedavg", "regionfed-grad", "regionfed-meta"),
+          tuple(Variant("no DP" if s == 0 else f"σ={s}",
+                        {"dp.mode": "off"} if s == 0 else
+                        {"dp.mode": "user", "dp.sigma": float(s), "dp.clip": 1.0,
+                         "training.sample_rate": 0.5})
+                for s in (0, 1, 2, 4, 8, 16))),
+    Study("local-epochs", "Local epochs", "Appendix F.1",
+          "how many local epochs E each method tolerates before client drift hurts",
+          ("fedavg", "scaffold", "pfedme", "regionfed-grad"),
+          tuple(Variant(f"E={e}", {"training.local_epochs": e}) for e in (1, 5, 10, 40))),
+    Study("concept-shift", "Concept shift", "(no paper table; SPEC)",
+          "where personalization helps (regions disagree on labels) and where it cannot",
+          ("fedavg", "local", "ditto", "regionfed-grad", "regionfed-meta"),
+          tuple(Variant(f"shift={x}", {"data.concept_shift": x}) for x in (0.0, 0.5, 1.0))),
+)}
+
+
+def get_study(name: str) -> Study:
+    if name not in STUDIES:
+        raise ConfigError(f"unknown study {name!r}; known: {', '.join(STUDIES)}")
+    return STUDIES[name]

@@ -1,0 +1,89 @@
+"""``regionfed sweep``: every study's variants are valid configurations at both sizes, and a
+study runs end to end (tiny), writes its CSV, plot and record, and resumes without redoing
+finished work."""
+
+import csv
+import json
+
+import pytest
+
+from regionfed.cli import main
+from regionfed.studies.registry import STUDIES, get_study
+from regionfed.studies.runner import slug, variant_config
+
+TINY = ["--seeds", "1", "--quiet",
+        "--set", "data.num_queries=480", "--set", "data.num_regions=2",
+        "--set", "data.clients_per_region=2", "--set", "data.vocab_size=1000",
+        "--set", "training.rounds=1", "--set", "training.eval_every=1",
+        "--set", "model.dim=32", "--set", "model.heads=2", "--set", "model.ngram_buckets=512",
+        "--set", "regionfed.rho_search=false"]
+
+
+@pytest.mark.parametrize("name", list(STUDIES))
+def test_every_variant_is_a_valid_configuration_at_both_sizes(name):
+    study = STUDIES[name]
+    labels = [slug(v.label) for v in study.variants]
+    assert len(set(labels)) == len(labels)  # one folder per variant
+    for full in (False, True):
+        for variant in study.variants:
+            config = variant_config(study, variant, full=full, seeds=None)
+            assert config.seeds == (study.full_seeds if full else study.seeds)
+            assert config.methods == list(variant.methods or study.methods)
+
+
+def test_the_paper_size_is_the_papers_protocol():
+    config = variant_config(get_study("heterogeneity"), get_study("heterogeneity").variants[2],
+                            full=True, seeds=None)
+    assert (config.data.num_regions, config.data.clients_per_region) == (8, 10)
+    assert config.training.rounds == 50 and config.seeds == 5 and config.data.alpha_d == 0.1
+
+
+def test_a_study_runs_end_to_end_and_resumes(tmp_path, capsys):
+    out = tmp_path / "concept"
+    assert main(["sweep", "concept-shift", *TINY, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    study = get_study("concept-shift")
+    rows = list(csv.DictReader((out / "concept-shift.csv").open()))
+    assert len(rows) == len(study.variants) * len(study.methods)
+    assert {r["variant"] for r in rows} == {v.label for v in study.variants}
+    assert all(0.0 <= float(r["overall"]) <= 1.0 for r in rows)
+    assert (out / "concept-shift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    record = json.loads((out / "study.json").read_text())
+    assert record["command"].startswith("regionfed sweep concept-shift")
+    assert record["hardware"] and record["wall_seconds"] > 0
+    assert "shift=1.0" in printed
+    # a second call finds every variant finished: nothing is trained again
+    partial = sorted((out / slug(study.variants[0].label) / "partial").glob("*.json"))
+    stamps = [p.stat().st_mtime_ns for p in partial]
+    assert main(["sweep", "concept-shift", *TINY, "--out", str(out)]) == 0
+    assert [p.stat().st_mtime_ns for p in partial] == stamps
+    again = list(csv.DictReader((out / "concept-shift.csv").open()))
+    assert [(r["variant"], r["method"], r["overall"]) for r in again] == \
+        [(r["variant"], r["method"], r["overall"]) for r in rows]
+
+
+def test_the_ablation_scores_hierarchy_with_the_personalized_overall(tmp_path, capsys):
+    out = tmp_path / "ablation"
+    assert main(["sweep", "ablation", *TINY, "--out", str(out)]) == 0
+    record = json.loads((out / "study.json").read_text())
+    assert len(record["rows"]) == 8
+    for row, variant in zip(record["rows"], get_study("ablation").variants, strict=True):
+        results = json.loads((out / slug(variant.label) / "results.json").read_text())
+        summary = results["methods"]["regionfed-grad"]
+        expected = (summary["seeds"][0]["user_personalization"]["overall_after"]
+                    if variant.metric == "personalized" else summary["overall"])
+        assert row["overall"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sweep", "astrology"], "STUDY"),
+    (["sweep", "privacy", "--set", "training.rounds=0"], "training.rounds"),
+])
+def test_bad_sweep_input_is_one_error_line(argv, message, capsys, tmp_path):
+    try:
+        code = main([*argv, "--out", str(tmp_path / "s")])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0]
+    assert not (tmp_path / "s").exists()
