@@ -128,3 +128,12 @@ def shared_data(*parts: str) -> Path:
         if base and Path(base).exists():
             return Path(base).joinpath(*parts)
     return Path("../shared/data").joinpath(*parts)
+
+
+#: `regionfed sweep` flags that make any study tiny (seconds per variant)
+TINY_SWEEP = ["--seeds", "1", "--quiet",
+              "--set", "data.num_queries=480", "--set", "data.num_regions=2",
+              "--set", "data.clients_per_region=2", "--set", "data.vocab_size=1000",
+              "--set", "training.rounds=1", "--set", "training.eval_every=1",
+              "--set", "model.dim=32", "--set", "model.heads=2",
+              "--set", "model.ngram_buckets=512", "--set", "regionfed.rho_search=false"]

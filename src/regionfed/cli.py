@@ -201,11 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
         "and, when their σ differ, the privacy–utility plot.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  regionfed report runs/default\n"
-        "  regionfed report runs/cmp/no-dp runs/cmp/dp --out runs/cmp/report\n")
+        "  regionfed report runs/cmp/no-dp runs/cmp/dp --out runs/cmp/report\n"
+        "  regionfed report --results-doc docs/results.md runs/sweeps/*\n")
     report.add_argument("runs", nargs="+", metavar="DIR", help="run folders")
     report.add_argument("--out", metavar="DIR",
                         help="folder of the combined report of several runs "
                         "(default runs/report)")
+    report.add_argument("--results-doc", metavar="FILE",
+                        help="the DIRs are study folders (regionfed sweep): write the "
+                        "results document (ours next to the paper's numbers) to FILE, "
+                        "e.g. docs/results.md")
     predict = sub.add_parser(
         "predict", help="intent, corrected query and NER tags from a finished run",
         description="Answer queries with a region's final model and with the global model "
@@ -417,6 +422,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from regionfed.report import write_combined_report, write_report
 
+    if args.results_doc:
+        from regionfed.io import write_atomic
+        from regionfed.studies.results_doc import results_markdown
+
+        markdown = results_markdown([Path(f) for f in args.runs])
+        write_atomic(Path(args.results_doc), markdown)
+        print(f"results document: {args.results_doc}")
+        return 0
     if len(args.runs) == 1:
         print(write_report(Path(args.runs[0])))
         return 0

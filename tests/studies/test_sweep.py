@@ -6,17 +6,11 @@ import csv
 import json
 
 import pytest
+from helpers import TINY_SWEEP as TINY
 
 from regionfed.cli import main
 from regionfed.studies.registry import STUDIES, get_study
 from regionfed.studies.runner import slug, variant_config
-
-TINY = ["--seeds", "1", "--quiet",
-        "--set", "data.num_queries=480", "--set", "data.num_regions=2",
-        "--set", "data.clients_per_region=2", "--set", "data.vocab_size=1000",
-        "--set", "training.rounds=1", "--set", "training.eval_every=1",
-        "--set", "model.dim=32", "--set", "model.heads=2", "--set", "model.ngram_buckets=512",
-        "--set", "regionfed.rho_search=false"]
 
 
 @pytest.mark.parametrize("name", list(STUDIES))

@@ -1,0 +1,169 @@
+"""``docs/results.md``: every finished study next to the paper's numbers, generated from the
+study folders (``study.json`` + the run folders it names) — never hand-edited.
+
+Per study: the question, our table (test Overall mean ± std over seeds per variant and
+method; plus RRS / worst region / ε where the study is about them), the paper's table as
+printed (``paper_claims.yaml``), the exact command, hardware and wall time, and plain
+sentences computed from the numbers: which method wins each variant, RegionFed's margin over
+``fedavg``, ``region-fedavg`` and the best personalized baseline, and how that compares with
+the paper's claim where the paper reports the same comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from regionfed.errors import DataError
+
+CLAIMS_FILE = Path(__file__).with_name("paper_claims.yaml")
+REGIONFED = ("regionfed-grad", "regionfed-interp", "regionfed-meta", "regionfed-dynamic",
+             "regionfed-ensemble", "regionfed-persist")
+PERSONALIZED = ("local", "ditto", "pfedme", "apfl", "fedbabu", "fedrep", "fedtp")
+#: study name → key in paper_claims.yaml
+CLAIM_KEYS = {"heterogeneity": "heterogeneity", "regions": "regions",
+              "assignment": "assignment", "ablation": "ablation",
+              "sensitivity": "sensitivity", "privacy": "privacy",
+              "local-epochs": "local_epochs"}
+
+
+def load_claims() -> dict[str, Any]:
+    if not CLAIMS_FILE.exists():
+        return {}
+    return yaml.safe_load(CLAIMS_FILE.read_text()) or {}
+
+
+def load_study(folder: Path) -> dict[str, Any]:
+    path = folder / "study.json"
+    if not path.exists():
+        raise DataError(f"{path} not found (run 'regionfed sweep' into {folder} first)")
+    try:
+        record = json.loads(path.read_text())
+        record["rows"], record["variants"]  # noqa: B018 - schema check
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise DataError(f"{path} is not a regionfed study record ({exc})") from None
+    return record
+
+
+def pct(value: float | None, std: float | None = None) -> str:
+    if value is None:
+        return "–"
+    return f"{100 * value:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
+
+
+def our_table(record: dict[str, Any]) -> str:
+    """Variants as rows, methods as columns: test Overall % (mean ± std)."""
+    methods = list(dict.fromkeys(r["method"] for r in record["rows"]))
+    cell = {(r["variant"], r["method"]): r for r in record["rows"]}
+    lines = ["| variant | " + " | ".join(methods) + " |",
+             "|---" * (len(methods) + 1) + "|"]
+    for variant in record["variants"]:
+        cells = []
+        for method in methods:
+            row = cell.get((variant, method))
+            text = pct(row["overall"], row["overall_std"]) if row else "–"
+            if row and row.get("epsilon") is not None:
+                text += f" (ε {row['epsilon']:.2f})"
+            cells.append(text)
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def equity_table(record: dict[str, Any]) -> str:
+    """RRS, worst region and regional std per variant and method (heterogeneity)."""
+    lines = ["| variant | method | RRS | worst region | region std |", "|---|---|---|---|---|"]
+    for row in record["rows"]:
+        lines.append(f"| {row['variant']} | {row['method']} | {pct(row['rrs'])} | "
+                     f"{pct(row['worst_region'])} | {pct(row['region_std'])} |")
+    return "\n".join(lines)
+
+
+def paper_table(claim: dict[str, Any]) -> str:
+    """A transcribed paper table as markdown (values as printed)."""
+    columns = list(claim.get("columns") or [])
+    texts = list(claim.get("text_columns") or [])
+    lines = [f"*{claim.get('source', '')}: {claim.get('caption', '')}*", "",
+             f"| {claim.get('row_header', '')} | " + " | ".join(map(str, columns + texts))
+             + " |", "|---" * (len(columns) + len(texts) + 1) + "|"]
+    for row in claim.get("rows") or []:
+        stds = row.get("stds") or [None] * len(row.get("values", []))
+        values = ["–" if v is None else (f"{v} ± {s}" if s is not None else str(v))
+                  for v, s in zip(row.get("values", []), stds, strict=False)]
+        values += [str((row.get("text") or {}).get(t, "")) for t in texts]
+        lines.append(f"| {row.get('label', '')} | " + " | ".join(values) + " |")
+    if claim.get("quote"):
+        lines += ["", f"> {claim['quote']}"]
+    return "\n".join(lines)
+
+
+def findings(record: dict[str, Any]) -> list[str]:
+    """Plain sentences computed from our rows (nothing here is typed in by hand)."""
+    sentences = []
+    rows = record["rows"]
+    for variant in record["variants"]:
+        here = {r["method"]: r for r in rows if r["variant"] == variant}
+        if not here:
+            continue
+        best = max(here.values(), key=lambda r: r["overall"])
+        parts = [f"{variant}: best is {best['method']} ({pct(best['overall'])})"]
+        ours = [here[m] for m in REGIONFED if m in here]
+        if ours:
+            top = max(ours, key=lambda r: r["overall"])
+            for other in ("fedavg", "region-fedavg"):
+                if other in here:
+                    gap = 100 * (top["overall"] - here[other]["overall"])
+                    noise = _noise(top, here[other])
+                    verdict = ("within seed noise" if abs(gap) <= noise
+                               else "ahead" if gap > 0 else "behind")
+                    parts.append(f"{top['method']} vs {other}: {gap:+.1f} points ({verdict}"
+                                 f"{f', ±{noise:.1f}' if noise else ''})")
+            baselines = [here[m] for m in PERSONALIZED if m in here]
+            if baselines:
+                rival = max(baselines, key=lambda r: r["overall"])
+                gap = 100 * (top["overall"] - rival["overall"])
+                parts.append(f"vs the best personalized baseline {rival['method']}: "
+                             f"{gap:+.1f} points")
+        sentences.append("; ".join(parts) + ".")
+    return sentences
+
+
+def _noise(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The larger of the two seed standard deviations, in points (0 with one seed)."""
+    return 100 * max(a.get("overall_std") or 0.0, b.get("overall_std") or 0.0)
+
+
+def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
+    parts = [f"## {record['title']} ({record['paper']})", "",
+             f"Question: {record['question']}.", "",
+             f"Ours ({'paper size' if record['full'] else 'reduced size'}; test Overall %, "
+             "mean ± std over seeds):", "", our_table(record)]
+    if record["study"] == "heterogeneity":
+        parts += ["", "Regional equity (test):", "", equity_table(record)]
+    claim = claims.get(CLAIM_KEYS.get(record["study"], ""), None)
+    if isinstance(claim, dict) and "rows" in claim:
+        parts += ["", "Paper:", "", paper_table(claim)]
+    elif isinstance(claim, dict):
+        for sub in claim.values():
+            if isinstance(sub, dict) and "rows" in sub:
+                parts += ["", "Paper:", "", paper_table(sub)]
+    else:
+        parts += ["", "Paper: no table for this study."]
+    parts += ["", "What the numbers say:", ""] + [f"- {s}" for s in findings(record)]
+    parts += ["", f"Command: `{record['command']}`  ", f"Hardware: {record['hardware']}  ",
+              f"Wall time: {record['wall_seconds'] / 60:.1f} min"]
+    return "\n".join(parts)
+
+
+def results_markdown(folders: list[Path]) -> str:
+    claims = load_claims()
+    records = [load_study(f) for f in folders]
+    header = ["# Results: RegionFed's studies, measured here",
+              "",
+              "Generated by `regionfed report --results-doc docs/results.md <study folders>` "
+              "from the study records; every number traces to a run folder named in its "
+              "`study.json`. The paper's numbers are transcribed as printed "
+              "(`src/regionfed/studies/paper_claims.yaml`).", ""]
+    return "\n".join(header + [study_section(r, claims) + "\n" for r in records])
