@@ -20,7 +20,8 @@ STRATEGY_COLOURS = {"grad": "#4c72b0", "meta": "#dd8452", "interp": "#55a868",
                     "ensemble": "#c44e52"}
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (files only, no display)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -58,7 +59,7 @@ def validation_curves(records: list[dict[str, Any]]) -> dict[str, dict[int, floa
 
 
 def plot_convergence(curves: dict[str, dict[int, float]], path: Path, title: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for method, points in curves.items():
         ax.plot(list(points), [100 * v for v in points.values()], marker="o", markersize=3,
@@ -81,7 +82,7 @@ def plot_per_region(results: dict[str, Any], path: Path, title: str) -> bool:
     if not methods:
         return False
     regions = list(next(iter(methods.values())))
-    plt = _pyplot()
+    plt = pyplot()
     width = 0.8 / len(methods)
     x = np.arange(len(regions))
     fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(regions) + 3), 4.5))
@@ -121,11 +122,11 @@ def plot_regionfed(records: list[dict[str, Any]], method: str, path: Path, title
     series = regionfed_trajectories(records, method)
     if not series["alpha"]:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     regions = list(series["alpha"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for key, ax, label in ((("alpha"), axes[0], "α_r (regional weight)"),
-                           (("rho"), axes[1], "ρ_r (step size)")):
+    for key, ax, label in (("alpha", axes[0], "α_r (regional weight)"),
+                           ("rho", axes[1], "ρ_r (step size)")):
         for region in regions:
             points = {r: v for r, v in series[key].get(region, {}).items() if v is not None}
             ax.plot(list(points), list(points.values()), marker="o", markersize=3,
@@ -159,7 +160,7 @@ def plot_privacy_utility(points: dict[str, list[tuple[float | None, float]]], pa
     """Test Overall vs ε per method; ε = ``None`` (no DP, ε = ∞) is drawn at the right."""
     finite = [e for pts in points.values() for e, _ in pts if e is not None]
     infinity = (max(finite) * 4 if finite else 1.0)
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for method, pts in points.items():
         pts = sorted(pts, key=lambda p: math.inf if p[0] is None else p[0])

@@ -36,6 +36,11 @@ class RoundFaults:
     dropped: frozenset[str] = frozenset()
     late: frozenset[str] = frozenset()
 
+    @property
+    def absent(self) -> frozenset[str]:
+        """Whose replies do not arrive in time this round."""
+        return self.dropped | self.late
+
 
 def round_faults(clients: list[str], dropout: float, stragglers: float, seed: int,
                  rnd: int) -> RoundFaults:

@@ -74,13 +74,7 @@ class RoundCheckpoints:
         checkpoint, or ``None`` when there is none."""
         if not self.path.exists():
             return None
-        tree, tensors = self._read()
-        if tree.get("identity") != self.identity:
-            raise CheckpointError(
-                f"checkpoint {self.path} belongs to another run ({_describe(tree)}; this run: "
-                f"{self.identity['method']} seed {self.identity['seed']}, config "
-                f"{self.identity['config_sha256'][:12]}); resume with the configuration that "
-                "wrote it, or delete the file")
+        tree, tensors = self._read(with_tensors=True)
         if tree.get("strategy_type") != type(strategy).__name__:
             raise CheckpointError(f"checkpoint {self.path} holds a {tree.get('strategy_type')}"
                                   f" strategy, not a {type(strategy).__name__}")
@@ -107,24 +101,29 @@ class RoundCheckpoints:
         """The round of the checkpoint on disk (checked: same run, readable), or ``None``."""
         if not self.path.exists():
             return None
-        tree, _ = self._read()
-        if tree.get("identity") != self.identity:
-            raise CheckpointError(f"checkpoint {self.path} belongs to another run "
-                                  f"({_describe(tree)}); resume with the configuration that "
-                                  "wrote it, or delete the file")
+        tree, _ = self._read(with_tensors=False)  # the metadata is enough
         return int(tree["round"])
 
-    def _read(self) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    def _read(self, with_tensors: bool) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """The checkpoint's tree (checked: readable, this format, this run) and, if asked,
+        its tensors."""
         try:
             with safe_open(str(self.path), framework="pt") as handle:
                 metadata = handle.metadata() or {}
-                tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+                tensors = ({k: handle.get_tensor(k) for k in handle.keys()} if with_tensors
+                           else {})
             tree = json.loads(metadata["regionfed"])
         except Exception as exc:  # noqa: BLE001 - any failure to read means corrupt
             raise CheckpointError(f"checkpoint {self.path} is corrupt or not a regionfed "
                                   f"round checkpoint ({type(exc).__name__})") from None
         if not isinstance(tree, dict) or tree.get("format") != FORMAT:
             raise CheckpointError(f"checkpoint {self.path} is not a {FORMAT} file")
+        if tree.get("identity") != self.identity:
+            raise CheckpointError(
+                f"checkpoint {self.path} belongs to another run ({_describe(tree)}; this run: "
+                f"{self.identity['method']} seed {self.identity['seed']}, config "
+                f"{self.identity['config_sha256'][:12]}); resume with the configuration that "
+                "wrote it, or delete the file")
         return tree, tensors
 
     def remove(self) -> None:

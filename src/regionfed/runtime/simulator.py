@@ -274,14 +274,13 @@ class Simulator:
                         log_rejection(client_id, rnd, reason)
                     else:
                         results[i] = result
-            # who reported in time: not the dropped, not the late, not the rejected
-            results = [r if r is not None and instructions[i].client_id not in faults.dropped
-                       and instructions[i].client_id not in faults.late else None
-                       for i, r in enumerate(results)]
             kinds = "+".join(sorted({ins.kind + ("-score" if ins.config.get("score") else "")
                                      for ins in instructions})) or "empty"
             seconds[kinds] = seconds.get(kinds, 0.0) + time.perf_counter() - start
-            results = [r for r in results if r is not None]
+            # who reported in time: not the dropped, not the late, not the rejected
+            absent = faults.absent
+            results = [r for ins, r in zip(instructions, results, strict=True)
+                       if r is not None and ins.client_id not in absent]
             if first is None:
                 first = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
             try:

@@ -118,9 +118,9 @@ def hardware() -> str:
 
 def plot_study(record: dict[str, Any], path: Path) -> None:
     """Overall (mean ± std over seeds) per variant, one line per method."""
-    from regionfed.report_plots import _pyplot
+    from regionfed.report_plots import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     variants = record["variants"]
     fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(variants) + 4), 4.5))
     methods = list(dict.fromkeys(r["method"] for r in record["rows"]))
