@@ -1,6 +1,13 @@
 import random
 
-from regionfed.models.text_features import SpellCandidates, deletion_distance, word_ngram_ids
+import torch
+
+from regionfed.models.text_features import (
+    FormTable,
+    SpellCandidates,
+    deletion_distance,
+    word_ngram_ids,
+)
 
 
 def test_misspelt_word_shares_most_ngrams_with_clean_word():
@@ -45,3 +52,18 @@ def test_candidates_find_every_single_edit_of_a_vocabulary_word():
     assert misses <= 3  # only when > k words tie at distance <= 2
     assert cands("laptop") == [] or all(d <= 2 for _, d in cands("laptop"))
     assert cands(vocab[0])[0] == (vocab[0], 0)  # an exact word ranks first
+
+
+def test_form_table_grows_in_place_and_matches_a_table_built_at_once():
+    def features(word: str) -> list[int]:
+        return [len(word), ord(word[0]), 7]
+
+    grown, at_once = FormTable(features, 3), FormTable(features, 3)
+    words = ["shoe", "red", "lamp", "red", "usb", "cable"]
+    for i, word in enumerate(words):
+        assert grown.id(word) == at_once.id(word)
+        if i % 2:
+            grown.table  # noqa: B018 - materialize part-way, as evaluation does
+    assert grown.table.shape == (6, 3)  # the pad form + 5 distinct words
+    assert torch.equal(grown.table, at_once.table)
+    assert grown.table[grown.id("lamp")].tolist() == [4, ord("l"), 7]

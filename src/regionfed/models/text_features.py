@@ -105,14 +105,18 @@ class FormTable:
             fid = len(self._rows)
             self._ids[word] = fid
             self._rows.append(self._features(word))
-            self._table = None
         return fid
 
     @property
     def table(self) -> torch.Tensor:
         """(forms, width) feature ids of every form seen so far."""
-        if self._table is None:
-            self._table = torch.tensor(self._rows, dtype=torch.long)
+        have = 0 if self._table is None else len(self._table)
+        if have < len(self._rows):
+            # only the forms added since the last call are converted: with thousands of
+            # clients each evaluation adds a few new words, and rebuilding the whole table
+            # from Python lists every time dominated the run (8,000 clients: 54 s/eval)
+            new = torch.tensor(self._rows[have:], dtype=torch.long)
+            self._table = new if self._table is None else torch.cat([self._table, new])
         return self._table
 
 
