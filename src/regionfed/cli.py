@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  regionfed compare --rounds 10 --seeds 3\n"
         "  regionfed compare --methods all --seeds 3 --tune --privacy both --dp-sigma 1 "
-        "--dp-clip 1 --markdown docs/results.md\n")
+        "--dp-clip 1 --markdown docs/comparison.md\n")
     _add_run_arguments(compare, "all")
     compare.add_argument("--tune", action="store_true",
                          help="fair tuning: each method picks its learning rate and key "

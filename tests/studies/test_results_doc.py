@@ -7,7 +7,13 @@ import pytest
 from helpers import TINY_SWEEP as TINY
 
 from regionfed.cli import main
-from regionfed.studies.results_doc import findings, load_claims, paper_table
+from regionfed.studies.results_doc import (
+    degradation,
+    findings,
+    load_claims,
+    paper_table,
+    privacy_cost,
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +62,24 @@ def test_a_folder_without_a_study_record_is_one_error_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "study.json not found" in err[0]
     assert not (tmp_path / "r.md").exists()
+
+
+def test_degradation_ranks_methods_by_points_lost_from_low_to_high_heterogeneity():
+    record = {"variants": ["α_D=1.0", "α_D=0.3", "α_D=0.1"], "rows": [
+        {"variant": "α_D=1.0", "method": "fedavg", "overall": 0.80},
+        {"variant": "α_D=0.1", "method": "fedavg", "overall": 0.70},
+        {"variant": "α_D=1.0", "method": "regionfed-meta", "overall": 0.82},
+        {"variant": "α_D=0.1", "method": "regionfed-meta", "overall": 0.79}]}
+    (sentence,) = degradation(record)
+    assert "regionfed-meta +3.0, fedavg +10.0" in sentence
+
+
+def test_privacy_cost_is_each_methods_drop_below_its_own_no_dp_result():
+    record = {"variants": ["no DP", "σ=4"], "rows": [
+        {"variant": "no DP", "method": "fedavg", "overall": 0.80, "epsilon": None},
+        {"variant": "no DP", "method": "regionfed-grad", "overall": 0.82, "epsilon": None},
+        {"variant": "σ=4", "method": "fedavg", "overall": 0.50, "epsilon": 3.1},
+        {"variant": "σ=4", "method": "regionfed-grad", "overall": 0.62, "epsilon": 3.1}]}
+    (sentence,) = privacy_cost(record)
+    assert sentence == ("σ=4 (ε = 3.10): cost of DP in points below no DP: fedavg +30.0, "
+                        "regionfed-grad +20.0.")

@@ -81,3 +81,22 @@ def test_bad_sweep_input_is_one_error_line(argv, message, capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and message in err[0]
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("name", ["privacy", "privacy-large"])
+def test_privacy_variants_differ_from_no_dp_only_in_the_noise(name):
+    study = get_study(name)
+    configs = [variant_config(study, v, full=False, seeds=None) for v in study.variants]
+    assert [c.dp.sigma for c in configs] == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0]
+    assert configs[0].dp.mode == "off" and {c.dp.mode for c in configs[1:]} == {"user"}
+    assert len({c.training.sample_rate for c in configs}) == 1  # same cohort per round
+    assert len({(c.training.rounds, c.data.clients_per_region) for c in configs}) == 1
+
+
+def test_the_large_federation_has_a_thousand_clients_in_each_of_8_regions():
+    for full in (False, True):
+        config = variant_config(get_study("privacy-large"), get_study("privacy-large").variants[3],
+                                full=full, seeds=None)
+        assert config.data.num_regions == 8 and config.data.clients_per_region >= 1000
+        # each round averages ~q·n_r = 100 clients per region, 20× the small federation's 5
+        assert config.training.sample_rate * config.data.clients_per_region >= 100

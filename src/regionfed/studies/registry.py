@@ -16,12 +16,19 @@ from regionfed.errors import ConfigError
 
 #: the reduced size every study starts from (esci-synth, tiny model)
 REDUCED: dict[str, Any] = {"data.num_queries": 8000, "data.num_regions": 8,
-                           "data.clients_per_region": 5, "training.rounds": 10,
+                           "data.clients_per_region": 5, "training.rounds": 20,
                            "training.eval_every": 5, "regionfed.rho_tolerance": 0.05}
 #: the paper's protocol size (App. B: 8 regions × 10 clients, 50 rounds, 5 seeds)
 FULL: dict[str, Any] = {"data.num_queries": 20000, "data.num_regions": 8,
                         "data.clients_per_region": 10, "training.rounds": 50,
                         "training.eval_every": 5}
+#: the large federation of the privacy study (SPEC §3): 8 regions × 1,000 clients with 20
+#: queries each (14 for training); a client's few examples make one local step per epoch, so
+#: E = 3; evaluation only at the end (8,000 clients' test sets)
+LARGE_FEDERATION: dict[str, Any] = {
+    "data.num_queries": 160_000, "data.num_regions": 8, "data.clients_per_region": 1000,
+    "training.rounds": 10, "training.local_epochs": 3, "training.eval_every": 10,
+    "regionfed.rho_tolerance": 0.05}
 #: the personalised comparison set most studies report
 CORE_METHODS = ("fedavg", "ditto", "region-fedavg", "regionfed-grad", "regionfed-interp",
                 "regionfed-meta")
@@ -77,6 +84,17 @@ def _ablation() -> tuple[Variant, ...]:
     return tuple(variants)
 
 
+def _privacy(sample_rate: float) -> tuple[Variant, ...]:
+    """Paper Table 19: σ ∈ {0, 1, 2, 4, 8, 16} with C = 1 and Poisson client sampling at
+    ``sample_rate`` in every variant (no DP included, so its gap to each σ is DP's cost
+    alone); ε comes from each run's ledger."""
+    return tuple(Variant("no DP" if s == 0 else f"σ={s}",
+                         {"training.sample_rate": sample_rate,
+                          **({"dp.mode": "off"} if s == 0 else
+                             {"dp.mode": "user", "dp.sigma": float(s), "dp.clip": 1.0})})
+                 for s in (0, 1, 2, 4, 8, 16))
+
+
 def _sensitivity() -> tuple[Variant, ...]:
     """Paper Tables 15–18 on regionfed-meta: τ, μ perturbation, α_min, and C at σ = 4."""
     meta = ("regionfed-meta",)
@@ -111,19 +129,23 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           ("regionfed-grad",), _ablation()),
     Study("sensitivity", "Hyper-parameter sensitivity", "Tables 15–18",
           "how much τ, a misestimated μ_r, α_min and the clipping norm C matter",
-          ("regionfed-meta",), _sensitivity()),
+          ("regionfed-meta",), _sensitivity(), seeds=2),  # 19 variants
     Study("privacy", "Privacy–utility", "Table 19",
           "what user-level DP costs at each σ, with ε from the ledger",
           ("fedavg", "region-fedavg", "regionfed-grad", "regionfed-meta"),
-          tuple(Variant("no DP" if s == 0 else f"σ={s}",
-                        {"dp.mode": "off"} if s == 0 else
-                        {"dp.mode": "user", "dp.sigma": float(s), "dp.clip": 1.0,
-                         "training.sample_rate": 0.5})
-                for s in (0, 1, 2, 4, 8, 16))),
+          _privacy(sample_rate=0.5)),
+    Study("privacy-large", "Privacy–utility in a large federation", "Table 19 and SPEC §3",
+          "whether DP becomes cheap when each round averages many clients (8 regions × "
+          "1,000 clients, q = 0.1: ~100 clients per region per round instead of 5)",
+          ("fedavg", "regionfed-grad"), _privacy(sample_rate=0.1),
+          reduced=LARGE_FEDERATION, seeds=1,
+          full={**LARGE_FEDERATION, "training.rounds": 50}, full_seeds=3),
     Study("local-epochs", "Local epochs", "Appendix F.1",
           "how many local epochs E each method tolerates before client drift hurts",
           ("fedavg", "scaffold", "pfedme", "regionfed-grad"),
-          tuple(Variant(f"E={e}", {"training.local_epochs": e}) for e in (1, 5, 10, 40))),
+          tuple(Variant(f"E={e}", {"training.local_epochs": e}) for e in (1, 5, 10, 40)),
+          # E = 40 costs 40× a round of E = 1: half the data, 10 rounds, 2 seeds
+          reduced={**REDUCED, "data.num_queries": 4000, "training.rounds": 10}, seeds=2),
     Study("concept-shift", "Concept shift", "(no paper table; SPEC)",
           "where personalization helps (regions disagree on labels) and where it cannot",
           ("fedavg", "local", "ditto", "regionfed-grad", "regionfed-meta"),

@@ -26,7 +26,7 @@ PERSONALIZED = ("local", "ditto", "pfedme", "apfl", "fedbabu", "fedrep", "fedtp"
 #: study name → key in paper_claims.yaml
 CLAIM_KEYS = {"heterogeneity": "heterogeneity", "regions": "regions",
               "assignment": "assignment", "ablation": "ablation",
-              "sensitivity": "sensitivity", "privacy": "privacy",
+              "sensitivity": "sensitivity", "privacy": "privacy", "privacy-large": "privacy",
               "local-epochs": "local_epochs"}
 
 
@@ -130,6 +130,39 @@ def findings(record: dict[str, Any]) -> list[str]:
     return sentences
 
 
+def degradation(record: dict[str, Any]) -> list[str]:
+    """Paper Table 2's "Deg.": each method's Overall at the first variant (least heterogeneous,
+    α_D = 1.0) minus at the last (most heterogeneous, α_D = 0.1), in points; smaller is more
+    robust. One sentence, methods from most to least robust."""
+    first, last = record["variants"][0], record["variants"][-1]
+    at = {(r["variant"], r["method"]): r["overall"] for r in record["rows"]}
+    drops = {m: 100 * (at[(first, m)] - at[(last, m)])
+             for m in dict.fromkeys(r["method"] for r in record["rows"])
+             if (first, m) in at and (last, m) in at}
+    if not drops:
+        return []
+    ranked = ", ".join(f"{m} {d:+.1f}" for m, d in sorted(drops.items(), key=lambda x: x[1]))
+    return [f"Degradation {first} → {last} (points lost; paper Table 2 \"Deg.\"): {ranked}."]
+
+
+def privacy_cost(record: dict[str, Any]) -> list[str]:
+    """The real cost of DP: per σ, each method's Overall below its own no-DP Overall (points),
+    with ε (δ from the run) as the accountant recorded it in the run's ledger."""
+    rows = record["rows"]
+    baseline = {r["method"]: r["overall"] for r in rows if r.get("epsilon") is None}
+    sentences = []
+    for variant in record["variants"]:
+        here = [r for r in rows if r["variant"] == variant and r.get("epsilon") is not None]
+        if not here or not baseline:
+            continue
+        eps = max(r["epsilon"] for r in here)
+        costs = ", ".join(f"{r['method']} {100 * (baseline[r['method']] - r['overall']):+.1f}"
+                          for r in here if r["method"] in baseline)
+        sentences.append(f"{variant} (ε = {eps:.2f}): cost of DP in points below no DP: "
+                         f"{costs}.")
+    return sentences
+
+
 def _noise(a: dict[str, Any], b: dict[str, Any]) -> float:
     """The larger of the two seed standard deviations, in points (0 with one seed)."""
     return 100 * max(a.get("overall_std") or 0.0, b.get("overall_std") or 0.0)
@@ -151,7 +184,11 @@ def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
                 parts += ["", "Paper:", "", paper_table(sub)]
     else:
         parts += ["", "Paper: no table for this study."]
-    parts += ["", "What the numbers say:", ""] + [f"- {s}" for s in findings(record)]
+    said = findings(record)
+    if record["study"] == "heterogeneity":
+        said += degradation(record)
+    said += privacy_cost(record)
+    parts += ["", "What the numbers say:", ""] + [f"- {s}" for s in said]
     parts += ["", f"Command: `{record['command']}`  ", f"Hardware: {record['hardware']}  ",
               f"Wall time: {record['wall_seconds'] / 60:.1f} min"]
     return "\n".join(parts)
