@@ -13,6 +13,7 @@ from regionfed.studies.results_doc import (
     load_claims,
     paper_table,
     privacy_cost,
+    scoreboard,
 )
 
 
@@ -83,3 +84,15 @@ def test_privacy_cost_is_each_methods_drop_below_its_own_no_dp_result():
     (sentence,) = privacy_cost(record)
     assert sentence == ("σ=4 (ε = 3.10): cost of DP in points below no DP: fedavg +30.0, "
                         "regionfed-grad +20.0.")
+
+
+def test_the_scoreboard_counts_each_study_point_once_per_rival():
+    def point(variant, fedavg, meta):
+        return [{"variant": variant, "method": "fedavg", "overall": fedavg, "overall_std": 0.01},
+                {"variant": variant, "method": "regionfed-meta", "overall": meta,
+                 "overall_std": 0.01}]
+    records = [{"variants": ["a", "b"], "rows": point("a", 0.80, 0.85) + point("b", 0.80, 0.805)},
+               {"variants": ["c"], "rows": point("c", 0.80, 0.70)}]
+    (line,) = scoreboard(records)
+    assert line == ("RegionFed (its best strategy per point) vs fedavg: ahead at 1, within "
+                    "seed noise at 1, behind at 1 of 3 study points.")

@@ -45,6 +45,8 @@ def test_a_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     record = json.loads((out / "study.json").read_text())
     assert record["command"].startswith("regionfed sweep concept-shift")
     assert record["hardware"] and record["wall_seconds"] > 0
+    assert record["run_seconds"] == pytest.approx(
+        sum(float(r["seconds"]) * int(r["seeds"]) for r in rows), abs=0.1)
     assert "shift=1.0" in printed
     # a second call finds every variant finished: nothing is trained again
     partial = sorted((out / slug(study.variants[0].label) / "partial").glob("*.json"))

@@ -99,6 +99,27 @@ def paper_table(claim: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def margins(here: dict[str, dict[str, Any]]) -> list[tuple[str, str, float, float, str]]:
+    """The best RegionFed strategy of one study point against ``fedavg``, ``region-fedavg``
+    and the best personalized baseline present: ``(ours, rival, gap in points, seed noise in
+    points, verdict)``; the verdict is ``within seed noise`` when |gap| ≤ the larger std."""
+    ours = [here[m] for m in REGIONFED if m in here]
+    if not ours:
+        return []
+    top = max(ours, key=lambda r: r["overall"])
+    rivals = [here[m] for m in ("fedavg", "region-fedavg") if m in here]
+    baselines = [here[m] for m in PERSONALIZED if m in here]
+    if baselines:
+        rivals.append(max(baselines, key=lambda r: r["overall"]))
+    out = []
+    for rival in rivals:
+        gap = 100 * (top["overall"] - rival["overall"])
+        noise = _noise(top, rival)
+        verdict = "within seed noise" if abs(gap) <= noise else "ahead" if gap > 0 else "behind"
+        out.append((top["method"], rival["method"], gap, noise, verdict))
+    return out
+
+
 def findings(record: dict[str, Any]) -> list[str]:
     """Plain sentences computed from our rows (nothing here is typed in by hand)."""
     sentences = []
@@ -109,25 +130,29 @@ def findings(record: dict[str, Any]) -> list[str]:
             continue
         best = max(here.values(), key=lambda r: r["overall"])
         parts = [f"{variant}: best is {best['method']} ({pct(best['overall'])})"]
-        ours = [here[m] for m in REGIONFED if m in here]
-        if ours:
-            top = max(ours, key=lambda r: r["overall"])
-            for other in ("fedavg", "region-fedavg"):
-                if other in here:
-                    gap = 100 * (top["overall"] - here[other]["overall"])
-                    noise = _noise(top, here[other])
-                    verdict = ("within seed noise" if abs(gap) <= noise
-                               else "ahead" if gap > 0 else "behind")
-                    parts.append(f"{top['method']} vs {other}: {gap:+.1f} points ({verdict}"
-                                 f"{f', ±{noise:.1f}' if noise else ''})")
-            baselines = [here[m] for m in PERSONALIZED if m in here]
-            if baselines:
-                rival = max(baselines, key=lambda r: r["overall"])
-                gap = 100 * (top["overall"] - rival["overall"])
-                parts.append(f"vs the best personalized baseline {rival['method']}: "
-                             f"{gap:+.1f} points")
+        for ours, rival, gap, noise, verdict in margins(here):
+            label = (f"vs the best personalized baseline {rival}" if rival in PERSONALIZED
+                     else f"{ours} vs {rival}")
+            parts.append(f"{label}: {gap:+.1f} points ({verdict}"
+                         f"{f', ±{noise:.1f}' if noise else ''})")
         sentences.append("; ".join(parts) + ".")
     return sentences
+
+
+def scoreboard(records: list[dict[str, Any]]) -> list[str]:
+    """Across every study point (variant) of every study: how often RegionFed's best
+    strategy is ahead of, within seed noise of, or behind each kind of rival."""
+    tally: dict[str, dict[str, int]] = {}
+    for record in records:
+        for variant in record["variants"]:
+            here = {r["method"]: r for r in record["rows"] if r["variant"] == variant}
+            for _, rival, _, _, verdict in margins(here):
+                kind = "the best personalized baseline" if rival in PERSONALIZED else rival
+                tally.setdefault(kind, {"ahead": 0, "within seed noise": 0, "behind": 0})
+                tally[kind][verdict] += 1
+    return [f"RegionFed (its best strategy per point) vs {kind}: ahead at {t['ahead']}, "
+            f"within seed noise at {t['within seed noise']}, behind at {t['behind']} of "
+            f"{sum(t.values())} study points." for kind, t in tally.items()]
 
 
 def degradation(record: dict[str, Any]) -> list[str]:
@@ -190,7 +215,9 @@ def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
     said += privacy_cost(record)
     parts += ["", "What the numbers say:", ""] + [f"- {s}" for s in said]
     parts += ["", f"Command: `{record['command']}`  ", f"Hardware: {record['hardware']}  ",
-              f"Wall time: {record['wall_seconds'] / 60:.1f} min"]
+              f"Wall time: {record['wall_seconds'] / 60:.1f} min for the last invocation"
+              + (f"; the runs took {record['run_seconds'] / 60:.1f} min in all"
+                 if record.get("run_seconds") else "")]
     return "\n".join(parts)
 
 
@@ -203,4 +230,6 @@ def results_markdown(folders: list[Path]) -> str:
               "from the study records; every number traces to a run folder named in its "
               "`study.json`. The paper's numbers are transcribed as printed "
               "(`src/regionfed/studies/paper_claims.yaml`).", ""]
-    return "\n".join(header + [study_section(r, claims) + "\n" for r in records])
+    summary = ["## At a glance", ""] + [f"- {line}" for line in scoreboard(records)] + [
+        "- Studies: " + ", ".join(f"{r['title']} ({r['study']})" for r in records) + ".", ""]
+    return "\n".join(header + summary + [study_section(r, claims) + "\n" for r in records])

@@ -96,6 +96,8 @@ def run_study(study: Study, out: Path, *, full: bool = False, seeds: int | None 
     record = {"study": study.name, "title": study.title, "paper": study.paper,
               "question": study.question, "full": full, "command": command,
               "hardware": hardware(), "wall_seconds": round(time.perf_counter() - start, 1),
+              # the runs' own time, whichever invocation trained them (resume-proof)
+              "run_seconds": round(sum((r["seconds"] or 0.0) * r["seeds"] for r in rows), 1),
               "variants": [v.label for v in study.variants], "rows": rows}
     write_json(out / "study.json", record)
     write_atomic(out / f"{study.name}.csv", rows_csv(rows))
