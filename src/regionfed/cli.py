@@ -96,6 +96,10 @@ def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) 
                    help="benchmark (default esci-synth; femnist reads real LEAF data, esci "
                    "real Amazon ESCI queries with weak labels (regions = locales), reviews "
                    "Amazon reviews as JSON lines (regions = categories); all read data.path)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="folder holding the real dataset's files (femnist: a LEAF folder or "
+                   "one .npz; esci: shopping_queries_dataset_examples.parquet or one "
+                   "*examples*.csv, plus products if present; reviews: one .jsonl)")
     p.add_argument("--model", choices=list(MODEL_CONFIGS),
                    help="model (default tiny; t5-tiny/t5-small: T5 text-to-text; minilm: "
                    "pretrained all-MiniLM-L6-v2, needs the hf extra; cnn for femnist)")
@@ -292,6 +296,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     for dest, key in FLAG_KEYS.items():
         value = getattr(args, dest, None)
         if value is not None:
+            set_dotted(data, key, value)
+    if getattr(args, "data_dir", None) is not None:
+        from regionfed.data.data_dir import data_dir_overrides
+
+        for key, value in data_dir_overrides(data.get("dataset", "esci-synth"),
+                                             args.data_dir).items():
             set_dotted(data, key, value)
     if args.methods is not None:
         data["methods"] = args.methods
