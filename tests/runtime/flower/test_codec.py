@@ -1,5 +1,7 @@
 """Strategy messages survive the trip through Flower records unchanged."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -45,4 +47,10 @@ def test_unserialisable_values_are_a_clear_error():
     with pytest.raises(DataError, match="cannot be sent over Flower"):
         encode_instruction(TrainInstruction("u", "r", torch.zeros(1), {"f": object()}))
     with pytest.raises(DataError, match="cannot be sent over Flower"):
-        encode_result(ClientResult("u", "r", None, 1, {"x": float("nan")}))
+        encode_result(ClientResult("u", "r", None, 1, {"x": object()}))
+
+
+def test_a_nan_metric_reaches_the_server_which_rejects_the_reply():
+    decoded = decode_result(encode_result(ClientResult("u", "r", None, 1,
+                                                       {"train_loss": float("nan")})))
+    assert math.isnan(decoded.metrics["train_loss"])

@@ -60,9 +60,9 @@ def unpack_values(packed: dict[str, Any], prefix: str, arrays: Any) -> dict[str,
     return out
 
 
-def _json(value: Any, what: str) -> str:
+def _json(value: Any, what: str, allow_nan: bool = False) -> str:
     try:
-        return json.dumps(value, allow_nan=False)
+        return json.dumps(value, allow_nan=allow_nan)
     except (TypeError, ValueError) as exc:
         raise DataError(f"{what} cannot be sent over Flower ({exc})") from None
 
@@ -96,7 +96,11 @@ def encode_result(result: ClientResult):  # -> RecordDict
     meta = ConfigRecord({"client_id": result.client_id, "region": result.region,
                          "num_examples": int(result.num_examples),
                          "has_update": result.update is not None,
-                         "metrics": _json(metrics, "a client result's metrics")})
+                         # a diverged client's NaN loss must reach the server, which
+                         # rejects the reply (faults.rejection_reason) instead of the node
+                         # failing the whole run
+                         "metrics": _json(metrics, "a client result's metrics",
+                                          allow_nan=True)})
     return RecordDict({"arrays": ArrayRecord(array_dict=arrays), "meta": meta})
 
 

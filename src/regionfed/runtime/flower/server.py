@@ -27,6 +27,7 @@ from regionfed import metrics
 from regionfed.algorithms.base import Ensemble, FederationView, Strategy
 from regionfed.errors import MethodNotApplicableError
 from regionfed.privacy.ledger import PrivacyLedger
+from regionfed.runtime.faults import log_rejection, rejection_reason
 from regionfed.runtime.flower.codec import decode_result, encode_instruction
 from regionfed.runtime.params import declared_blocks, get_flat
 from regionfed.runtime.simulator import FederatedRun, derived_seed, drive_rounds
@@ -119,17 +120,33 @@ class FlowerDriver:
         exchange = strategy.run_round(rnd)
         instructions = next(exchange)
         first: list[float] | None = None
+        dim = strategy.params.numel()
+        rejected: dict[str, str] = {}
         while True:
             replies = self._send([
                 Message(encode_instruction(ins), dst_node_id=self.node_of[ins.client_id],
                         message_type=INSTRUCTION_TYPE) for ins in instructions])
-            results = [decode_result(r.content) for r in replies]
+            results = []
+            # the in-process simulator's screen: a NaN/Inf or misshapen reply is dropped
+            # and logged, the round goes on with the others
+            for reply in replies:
+                result = decode_result(reply.content)
+                reason = rejection_reason(result, dim)
+                if reason is None:
+                    results.append(result)
+                else:
+                    rejected[result.client_id] = reason
+                    log_rejection(result.client_id, rnd, reason)
             if first is None:
                 first = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
             try:
                 instructions = exchange.send(results)
             except StopIteration as done:
-                return done.value, first
+                log = dict(done.value)
+                if rejected:
+                    log["faults"] = {"dropped": 0, "late": 0,
+                                     "rejected": dict(sorted(rejected.items()))}
+                return log, first
 
     def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
         """Every client scored on its own ``split`` with the parameters the strategy assigns

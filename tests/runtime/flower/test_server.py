@@ -1,0 +1,60 @@
+"""The Flower server screens replies like the in-process simulator: a NaN/Inf or misshapen
+reply is rejected and logged, the round aggregates the others, nothing fails."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from regionfed.algorithms.base import ClientResult, FederationView  # noqa: E402
+from regionfed.algorithms.fedavg import FedAvg  # noqa: E402
+from regionfed.runtime.flower.codec import decode_instruction, encode_result  # noqa: E402
+from regionfed.runtime.flower.server import FlowerDriver  # noqa: E402
+
+CLIENTS = {"good": "us", "nan-update": "us", "nan-loss": "de", "wrong-shape": "de"}
+
+
+class ScriptedDriver(FlowerDriver):
+    """A driver whose nodes are a script: each client replies update = its index + 1,
+    except the poisoned ones (no Flower grid involved)."""
+
+    def __init__(self) -> None:  # noqa: D107 - no grid, no discovery
+        self.node_of = {c: i for i, c in enumerate(CLIENTS)}
+
+    def _send(self, messages):
+        replies = []
+        for message in messages:
+            ins = decode_instruction(message.content)
+            update = torch.full_like(ins.params, 1.0)
+            loss = 0.5
+            if ins.client_id == "nan-update":
+                update[0] = float("nan")
+            if ins.client_id == "nan-loss":
+                loss = float("nan")
+            if ins.client_id == "wrong-shape":
+                update = torch.ones(3)
+            result = ClientResult(ins.client_id, ins.region, update, 10, {"train_loss": loss})
+            replies.append(SimpleNamespace(content=encode_result(result)))
+        return replies
+
+
+def test_poisoned_replies_are_rejected_and_the_round_goes_on(monkeypatch):
+    import flwr.app
+
+    # a real Message needs a running Flower app (its run id); the script only reads content
+    monkeypatch.setattr(flwr.app, "Message",
+                        lambda content, **meta: SimpleNamespace(content=content, **meta))
+    strategy = FedAvg()
+    view = FederationView(regions=("us", "de"), client_region=dict(CLIENTS),
+                          num_examples=dict.fromkeys(CLIENTS, 10))
+    strategy.setup(torch.zeros(5), view, np.random.default_rng(0))
+    log, losses = ScriptedDriver()._round(strategy, 1)
+    assert log["faults"]["rejected"] == {"nan-loss": "non-finite train_loss",
+                                         "nan-update": "update with NaN/Inf values",
+                                         "wrong-shape": "update of shape (3,), expected (5,)"}
+    assert losses == [0.5]  # only the good client's reply was used
+    assert torch.isfinite(strategy.params).all() and not torch.equal(strategy.params,
+                                                                     torch.zeros(5))
