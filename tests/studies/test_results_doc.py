@@ -36,6 +36,7 @@ def test_the_results_document_is_built_from_the_study_records(studies, tmp_path,
     assert "Table 2" in text and "RF-Meta" in text  # the paper's table beside ours
     assert "Paper: no table for this study." in text  # concept shift has none
     assert text.count("Command: `regionfed sweep") == 2 and "Wall time:" in text
+    assert f"`{studies / 'heterogeneity' / 'a_D-0.1'}`" in text  # the run folder
     assert "Regional equity" in text
 
 

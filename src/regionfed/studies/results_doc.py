@@ -214,7 +214,11 @@ def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
         said += degradation(record)
     said += privacy_cost(record)
     parts += ["", "What the numbers say:", ""] + [f"- {s}" for s in said]
-    parts += ["", f"Command: `{record['command']}`  ", f"Hardware: {record['hardware']}  ",
+    runs = list(dict.fromkeys(r["run"] for r in record["rows"] if r.get("run")))
+    parts += ["", f"Command: `{record['command']}`  ",
+              "Run folders (config.yaml, results.json, privacy.json): "
+              + ", ".join(f"`{run}`" for run in runs) + "  ",
+              f"Hardware: {record['hardware']}  ",
               f"Wall time: {record['wall_seconds'] / 60:.1f} min for the last invocation"
               + (f"; the runs took {record['run_seconds'] / 60:.1f} min in all"
                  if record.get("run_seconds") else "")]
