@@ -152,3 +152,19 @@ def test_ledger_counts_extra_releases_and_validates():
         PrivacyLedger(DPConfig(sigma=2.0), 0.0)
     with pytest.raises(ConfigError):
         ledger.record_ldp(0.0, "x")
+
+
+def test_rdp_at_small_sigma_is_quiet_and_still_matches_dp_accounting(caplog):
+    """dp-accounting warns once per order it excludes at small σ; ε is unchanged and the
+    warnings stay out of the user's terminal (the absl level is restored afterwards)."""
+    import logging
+
+    before = logging.getLogger("absl").level
+    with caplog.at_level(logging.WARNING):
+        ours = epsilon_rdp(0.5, 0.5, 7, 1e-5)
+    assert not [r for r in caplog.records if "failed to converge" in r.getMessage()]
+    acc = RdpAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        0.5, dp_accounting.GaussianDpEvent(0.5)), 7))
+    assert ours == pytest.approx(acc.get_epsilon(1e-5))
+    assert logging.getLogger("absl").level == before

@@ -23,8 +23,11 @@ Known values (SPEC §3): σ = 4, q = 0.1, T = 50, δ = 1e-5 → ε_RDP ≈ 0.758
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import math
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import dp_accounting
@@ -99,8 +102,23 @@ def _epsilon_cached(sigma: float, sample_rate: float, rounds: int, delta: float,
         acc = PLDAccountant(value_discretization_interval=PLD_VALUE_DISCRETIZATION)
     else:
         acc = RdpAccountant()
-    acc.compose(dp_event(sigma, sample_rate, rounds))
-    return float(acc.get_epsilon(delta))
+    with _quiet_absl():
+        acc.compose(dp_event(sigma, sample_rate, rounds))
+        return float(acc.get_epsilon(delta))
+
+
+@contextlib.contextmanager
+def _quiet_absl() -> Iterator[None]:
+    """dp-accounting's RDP logs one absl WARNING per order it cannot evaluate at small σ
+    ("…failed to converge… Excluding this order"), dozens per call; the orders are excluded
+    correctly and ε stays a valid bound, so those lines are noise to users."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def compute_epsilon(sigma: float, sample_rate: float, rounds: int, delta: float,
