@@ -70,6 +70,29 @@ def test_a_node_that_cannot_serve_the_run_fails_it_with_a_clear_error(superlink,
     assert "client-index 1" in err[0]
 
 
+def test_a_run_that_outlives_its_timeout_is_stopped_on_the_superlink(superlink, tmp_path,
+                                                                      capsys):
+    # the run needs about a minute; the submitter gives up after 20 s and must not leave
+    # the ServerApp running on the SuperLink
+    code = main(["run", "--runtime", "flower", "--superlink", superlink,
+                 "--methods", "fedavg", *SMALL, "--set", "flower.run_timeout_s=20",
+                 "--out", str(tmp_path / "run")])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did not finish within 20 s" in err[0]
+    assert "was stopped on the SuperLink" in err[0]
+
+
+def test_the_run_id_is_read_from_flwr_runs_output():
+    from regionfed.runtime.flower.deployment import started_run_id, stop_run
+
+    assert started_run_id(["Loading project", "🎊 Successfully started run 83412", "x"]) \
+        == 83412
+    assert started_run_id(["❌ connection refused"]) is None
+    assert stop_run(["❌ connection refused"], {}) == \
+        "the run had not started, nothing to stop"
+
+
 def test_an_unreachable_superlink_is_a_clear_error(tmp_path, capsys):
     from regionfed.runtime.flower.processes import free_ports
 

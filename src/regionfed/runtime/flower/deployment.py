@@ -166,7 +166,13 @@ def run_flower_deployment(config: Any, method: str, seed: int,
                          settings.reply_timeout_s)
         command = [flower_executable("flwr"), "run", str(app), CONNECTION, "--stream",
                    "--run-config", str(run_config)]
-        output = _stream(command, env, settings.run_timeout_s, log)
+        try:
+            output = _stream(command, env, settings.run_timeout_s, log)
+        except RunTimedOut as timed_out:
+            stopped = stop_run(timed_out.output, env)
+            raise DeploymentError(
+                f"flwr run did not finish within {settings.run_timeout_s:g} s "
+                f"(flower.run_timeout_s); {stopped}") from None
         if not (work / "result" / RESULT_FILE).exists():
             raise DeploymentError(f"the Flower run of {method} (seed {seed}) on "
                                   f"{settings.superlink} ended without a result: "
@@ -178,6 +184,41 @@ def run_flower_deployment(config: Any, method: str, seed: int,
         for entry in run.history:
             on_round(entry)
     return run, privacy
+
+
+class RunTimedOut(Exception):
+    """``flwr run`` outlived its timeout; ``output`` holds the lines it printed."""
+
+    def __init__(self, output: list[str]) -> None:
+        super().__init__("flwr run timed out")
+        self.output = output
+
+
+def started_run_id(output: list[str]) -> int | None:
+    """The run id ``flwr run`` printed ("Successfully started run <id>"), if any."""
+    for line in output:
+        found = re.search(r"Successfully started run (\d+)", line)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def stop_run(output: list[str], env: dict[str, str]) -> str:
+    """Ask the SuperLink to stop a run whose submitter gave up (killing ``flwr run`` only
+    stops the log stream; the ServerApp would go on using the nodes). Returns what
+    happened, for the error message."""
+    run_id = started_run_id(output)
+    if run_id is None:
+        return "the run had not started, nothing to stop"
+    try:
+        done = subprocess.run([flower_executable("flwr"), "stop", str(run_id), CONNECTION],
+                              env=env, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"stopping run {run_id} on the SuperLink failed ({exc})"
+    if done.returncode != 0:
+        reason = failure_reason((done.stdout + done.stderr).splitlines())
+        return f"stopping run {run_id} on the SuperLink failed ({reason})"
+    return f"run {run_id} was stopped on the SuperLink"
 
 
 def failure_reason(output: list[str]) -> str:
@@ -213,8 +254,7 @@ def _stream(command: list[str], env: dict[str, str], timeout: float,
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-        raise DeploymentError(f"flwr run did not finish within {timeout:g} s "
-                              "(flower.run_timeout_s)") from None
-    finally:
         reader.join(timeout=5)
+        raise RunTimedOut(lines) from None
+    reader.join(timeout=5)
     return lines
