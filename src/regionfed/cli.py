@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  regionfed report runs/default\n"
         "  regionfed report runs/cmp/no-dp runs/cmp/dp --out runs/cmp/report\n"
-        "  regionfed report --results-doc docs/results.md runs/sweeps/*\n")
+        "  regionfed report --results-doc docs/results.md results/*   # published studies\n")
     report.add_argument("runs", nargs="+", metavar="DIR", help="run folders")
     report.add_argument("--out", metavar="DIR",
                         help="folder of the combined report of several runs "
