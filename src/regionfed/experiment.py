@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from regionfed import metrics
@@ -113,16 +112,21 @@ def user_level_stage(simulator: Simulator, strategy: RegionFed, config: RegionFe
                      before: dict[str, Any]) -> dict[str, Any]:
     """Paper Eq. 5/7 after training: every user adapts its regional model on its device;
     per-user test Overall before (regional model) and after (personal model)."""
-    personal: dict[str, torch.Tensor] = {}
+    # one region's personal models at a time: only their predictions are kept (8,000 users
+    # × a full parameter vector would not fit in memory)
+    predictions: dict[str, Any] = {}
     for region in simulator.federation.regions:
-        users = {c.client_id: simulator.clients[c.client_id]
-                 for c in simulator.federation.clients_in(region)}
+        members = simulator.federation.clients_in(region)
+        users = {c.client_id: simulator.clients[c.client_id] for c in members}
         thetas, _ = personalize_region(users, strategy.regional_params(region),
                                        strategy.last_regional.get(region),
                                        alpha_min=config.alpha_min, tau=config.tau,
                                        epochs=config.user_epochs)
-        personal.update(thetas)
-    after = simulator.evaluate_with(lambda client: personal[client.client_id], "test")
+        for client in members:
+            predictions[client.client_id] = simulator.predict(thetas[client.client_id],
+                                                              client.split("test"))
+        del thetas
+    after = simulator.evaluator.evaluate("test", lambda client: predictions[client.client_id])
     users = list(before["per_client"])
     gains = [after["per_client"][u] - before["per_client"][u] for u in users]
     return {
