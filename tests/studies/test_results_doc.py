@@ -38,6 +38,7 @@ def test_the_results_document_is_built_from_the_study_records(studies, tmp_path,
     assert text.count("Command: `regionfed sweep") == 2 and "Wall time:" in text
     assert f"`{studies / 'heterogeneity' / 'a_D-0.1'}`" in text  # the run folder
     assert "Regional equity" in text
+    assert "Not measured yet: `regions`, `assignment`" in text  # what is still missing
 
 
 def test_findings_name_the_winner_and_regionfeds_margin():
