@@ -86,6 +86,8 @@ def test_privacy_cost_is_each_methods_drop_below_its_own_no_dp_result():
     (sentence,) = privacy_cost(record)
     assert sentence == ("σ=4 (ε = 3.10): cost of DP in points below no DP: fedavg +30.0, "
                         "regionfed-grad +20.0.")
+    record["rows"][3]["epsilon"] = 4.5  # a method that releases twice a round
+    assert privacy_cost(record)[0].startswith("σ=4 (ε = 3.10–4.50):")
 
 
 def test_the_scoreboard_counts_each_study_point_once_per_rival():

@@ -181,11 +181,13 @@ def privacy_cost(record: dict[str, Any]) -> list[str]:
         here = [r for r in rows if r["variant"] == variant and r.get("epsilon") is not None]
         if not here or not baseline:
             continue
-        eps = max(r["epsilon"] for r in here)
+        low, high = min(r["epsilon"] for r in here), max(r["epsilon"] for r in here)
+        # methods that release twice a round (regionfed-meta) spend more ε at the same σ
+        eps = f"ε = {low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else \
+            f"ε = {low:.2f}–{high:.2f}"
         costs = ", ".join(f"{r['method']} {100 * (baseline[r['method']] - r['overall']):+.1f}"
                           for r in here if r["method"] in baseline)
-        sentences.append(f"{variant} (ε = {eps:.2f}): cost of DP in points below no DP: "
-                         f"{costs}.")
+        sentences.append(f"{variant} ({eps}): cost of DP in points below no DP: {costs}.")
     return sentences
 
 
