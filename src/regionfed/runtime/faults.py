@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,3 +75,22 @@ def rejection_reason(result: ClientResult, dim: int) -> str | None:
 
 def log_rejection(client_id: str, rnd: int, reason: str) -> None:
     log.warning("round %d: rejected the reply of client %s: %s", rnd, client_id, reason)
+
+
+def screen(result: ClientResult, dim: int, rnd: int, rejected: dict[str, str]) -> bool:
+    """Whether ``result`` may be aggregated; a refused one is logged and recorded in
+    ``rejected`` (client → reason). Every runtime screens replies through this."""
+    reason = rejection_reason(result, dim)
+    if reason is None:
+        return True
+    rejected[result.client_id] = reason
+    log_rejection(result.client_id, rnd, reason)
+    return False
+
+
+def faults_log(faults: RoundFaults, rejected: dict[str, str]) -> dict[str, Any] | None:
+    """The round log's ``faults`` entry, or ``None`` for a round without any."""
+    if not (faults.dropped or faults.late or rejected):
+        return None
+    return {"dropped": len(faults.dropped), "late": len(faults.late),
+            "rejected": dict(sorted(rejected.items()))}

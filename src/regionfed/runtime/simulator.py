@@ -44,7 +44,7 @@ from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.batched_training import mean_gradients_batched, train_local_batched
 from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator, loggable
-from regionfed.runtime.faults import log_rejection, rejection_reason, round_faults
+from regionfed.runtime.faults import faults_log, round_faults, screen
 from regionfed.runtime.local_training import (
     example_losses,
     loss_sum,
@@ -268,11 +268,7 @@ class Simulator:
                 for i in part:
                     client_id = instructions[i].client_id
                     result = strategy.handle(instructions[i], self.clients[client_id])
-                    reason = rejection_reason(result, dim)
-                    if reason is not None:
-                        rejected[client_id] = reason
-                        log_rejection(client_id, rnd, reason)
-                    else:
+                    if screen(result, dim, rnd, rejected):
                         results[i] = result
             kinds = "+".join(sorted({ins.kind + ("-score" if ins.config.get("score") else "")
                                      for ins in instructions})) or "empty"
@@ -290,9 +286,8 @@ class Simulator:
                 seconds["server"] = time.perf_counter() - round_start - sum(seconds.values())
                 self.last_round_seconds = seconds
                 log = dict(done.value)
-                if faults.dropped or faults.late or rejected:
-                    log["faults"] = {"dropped": len(faults.dropped), "late": len(faults.late),
-                                     "rejected": dict(sorted(rejected.items()))}
+                if (entry := faults_log(faults, rejected)) is not None:
+                    log["faults"] = entry
                 return log, first
 
     def _prepare_batched(self, instructions: list[TrainInstruction]) -> None:

@@ -27,7 +27,7 @@ from regionfed import metrics
 from regionfed.algorithms.base import Ensemble, FederationView, Strategy
 from regionfed.errors import MethodNotApplicableError
 from regionfed.privacy.ledger import PrivacyLedger
-from regionfed.runtime.faults import log_rejection, rejection_reason
+from regionfed.runtime.faults import RoundFaults, faults_log, screen
 from regionfed.runtime.flower.codec import decode_result, encode_instruction
 from regionfed.runtime.params import declared_blocks, get_flat
 from regionfed.runtime.simulator import FederatedRun, derived_seed, drive_rounds
@@ -126,26 +126,18 @@ class FlowerDriver:
             replies = self._send([
                 Message(encode_instruction(ins), dst_node_id=self.node_of[ins.client_id],
                         message_type=INSTRUCTION_TYPE) for ins in instructions])
-            results = []
             # the in-process simulator's screen: a NaN/Inf or misshapen reply is dropped
             # and logged, the round goes on with the others
-            for reply in replies:
-                result = decode_result(reply.content)
-                reason = rejection_reason(result, dim)
-                if reason is None:
-                    results.append(result)
-                else:
-                    rejected[result.client_id] = reason
-                    log_rejection(result.client_id, rnd, reason)
+            results = [result for result in map(decode_result, (r.content for r in replies))
+                       if screen(result, dim, rnd, rejected)]
             if first is None:
                 first = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
             try:
                 instructions = exchange.send(results)
             except StopIteration as done:
                 log = dict(done.value)
-                if rejected:
-                    log["faults"] = {"dropped": 0, "late": 0,
-                                     "rejected": dict(sorted(rejected.items()))}
+                if (entry := faults_log(RoundFaults(), rejected)) is not None:
+                    log["faults"] = entry
                 return log, first
 
     def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
