@@ -104,8 +104,10 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
         if isinstance(strategy, RegionFed) and config.regionfed.user_personalization:
             test = {**test, "user_personalization": user_level_stage(
                 simulator, strategy, config.regionfed, test)}
-    return MethodOutcome(method, seed, test, history, time.perf_counter() - start,
-                         privacy), run
+    seconds = time.perf_counter() - start
+    if checkpoints is not None:  # a resumed run adds the time before it was interrupted
+        seconds += checkpoints.seconds_before_resume
+    return MethodOutcome(method, seed, test, history, seconds, privacy), run
 
 
 def user_level_stage(simulator: Simulator, strategy: RegionFed, config: RegionFedConfig,

@@ -2,6 +2,7 @@
 uninterrupted run's result (every federated method, DP on so the noise generator and the
 ledger are part of it); foreign or corrupt checkpoints are refused."""
 
+import json
 import shutil
 
 import pytest
@@ -93,3 +94,31 @@ def test_a_corrupt_checkpoint_is_refused(damage, tiny_federation, tiny_task, tmp
                       "empty": b""}[damage])
     with pytest.raises(CheckpointError, match="corrupt"):
         run("fedavg", tiny_federation, tiny_task, RoundCheckpoints(path, identity))
+
+
+def test_a_resumed_run_reports_the_time_of_every_invocation(tiny_federation, tiny_task,
+                                                            tmp_path):
+    """The checkpoint carries the run time up to its round; ``run_method`` of the resumed
+    run adds it to its own, so ``seconds`` is not only the last invocation's."""
+    from safetensors import safe_open
+
+    from regionfed.experiment import run_method
+    from regionfed.io import save_checkpoint
+    from regionfed.runtime.evaluation import FederationEvaluator
+
+    path = tmp_path / "state.safetensors"
+    identity = run_identity("fedavg", 0, CONFIG.to_yaml())
+    run("fedavg", tiny_federation, tiny_task, RoundCheckpoints(path, identity))
+    with safe_open(str(path), framework="pt") as handle:
+        tree = json.loads(handle.metadata()["regionfed"])
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+    assert tree["elapsed_seconds"] > 0.0
+    tree["elapsed_seconds"] = 5000.0  # as if the first invocation had trained for 5,000 s
+    save_checkpoint(path, tensors, {"regionfed": json.dumps(tree)})
+
+    checkpoints = RoundCheckpoints(path, identity)
+    outcome, _ = run_method("fedavg", tiny_federation, tiny_task, CONFIG, 0,
+                            FederationEvaluator(tiny_task, tiny_federation),
+                            checkpoints=checkpoints)
+    assert checkpoints.seconds_before_resume == 5000.0
+    assert 5000.0 < outcome.seconds < 5000.0 + 600.0

@@ -4,7 +4,9 @@ control variates, optimizer state, α/μ calibration, its random generators), ev
 private state and shuffling counters, the privacy ledger, the round logs and torch's global
 RNG — goes into one safetensors file (tensors + a JSON tree in its metadata), written to a
 temporary file and renamed over the previous one. A run killed at any moment resumes from
-the last complete round and reaches exactly the result of an uninterrupted run.
+the last complete round and reaches exactly the result of an uninterrupted run. The file
+also carries the run's training time up to that round, so a resumed run reports the time of
+all its invocations (work lost after the last checkpoint is not counted).
 
 A checkpoint records which run wrote it (method, seed, sha256 of the configuration); a
 checkpoint of another run, or an unreadable one, is refused with a :class:`CheckpointError`,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,13 @@ class RoundCheckpoints:
         self.path = Path(path)
         self.identity = identity
         self.every = every
+        self.seconds_before_resume = 0.0  # run time recorded in the checkpoint resumed from
+        self._clock = time.perf_counter()
+
+    def elapsed_seconds(self) -> float:
+        """Run time so far: the resumed checkpoint's, plus this invocation's since the
+        object was made (or since it loaded the checkpoint)."""
+        return self.seconds_before_resume + time.perf_counter() - self._clock
 
     def due(self, rnd: int, rounds: int) -> bool:
         return self.every > 0 and rnd < rounds and rnd % self.every == 0
@@ -65,6 +75,7 @@ class RoundCheckpoints:
             "ledger": None if ledger is None else part("ledger", capture(ledger, "ledger")),
             "history": part("history", capture_value(history, "history")),
             "torch_rng": part("rng", capture_value(torch.get_rng_state(), "torch_rng")),
+            "elapsed_seconds": self.elapsed_seconds(),
         }
         save_checkpoint(self.path, tensors, {"regionfed": json.dumps(tree, allow_nan=False)})
 
@@ -95,6 +106,8 @@ class RoundCheckpoints:
             if isinstance(exc, CheckpointError):
                 raise
             raise CheckpointError(f"checkpoint {self.path} is corrupt: {exc}") from None
+        # checkpoints written before the field existed carry no time: count from here
+        self.seconds_before_resume = float(tree.get("elapsed_seconds", 0.0))
         return int(tree["round"]), history
 
     def saved_round(self) -> int | None:
