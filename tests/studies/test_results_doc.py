@@ -14,6 +14,7 @@ from regionfed.studies.results_doc import (
     paper_table,
     privacy_cost,
     scoreboard,
+    single_method_effects,
 )
 
 
@@ -100,3 +101,40 @@ def test_the_scoreboard_counts_each_study_point_once_per_rival():
     (line,) = scoreboard(records)
     assert line == ("RegionFed (its best strategy per point) vs fedavg: ahead at 1, within "
                     "seed noise at 1, behind at 1 of 3 study points.")
+
+
+def test_a_sensitivity_study_reports_each_parameters_spread_against_seed_noise():
+    def row(variant, overall, std=0.005):
+        return {"variant": variant, "method": "regionfed-meta", "overall": overall,
+                "overall_std": std}
+    record = {"variants": ["τ=0.5", "τ=1.0", "τ=2.0", "C=0.1", "C=1.0"],
+              "rows": [row("τ=0.5", 0.84), row("τ=1.0", 0.85), row("τ=2.0", 0.845),
+                       row("C=0.1", 0.30), row("C=1.0", 0.302, std=0.01)]}
+    tau, clip = single_method_effects(record)
+    assert tau == ("τ: regionfed-meta from 84.0 (τ=0.5) to 85.0 (τ=1.0), a spread of 1.0 "
+                   "points (beyond seed noise, ±0.5).")
+    assert clip.startswith("C: regionfed-meta from 30.0 (C=0.1) to 30.2 (C=1.0)")
+    assert clip.endswith("(within seed noise, ±1.0).")
+    record["rows"].append({**row("τ=1.0", 0.80), "method": "fedavg"})
+    assert single_method_effects(record) == []  # several methods: findings() speaks instead
+
+
+def test_an_ablation_compares_every_combination_with_the_first():
+    record = {"variants": ["regional only", "α", "α + ρ"], "rows": [
+        {"variant": "regional only", "method": "regionfed-grad", "overall": 0.80,
+         "overall_std": 0.002},
+        {"variant": "α", "method": "regionfed-grad", "overall": 0.83, "overall_std": 0.002},
+        {"variant": "α + ρ", "method": "regionfed-grad", "overall": 0.801,
+         "overall_std": 0.002}]}
+    (sentence,) = single_method_effects(record)
+    assert sentence == ("Against regional only (80.0), in points: α +3.0, "
+                        "α + ρ +0.1 (within seed noise).")
+
+
+def test_degradation_names_what_the_studys_axis_measures():
+    record = {"variants": ["E=1", "E=40"], "rows": [
+        {"variant": "E=1", "method": "fedavg", "overall": 0.80},
+        {"variant": "E=40", "method": "fedavg", "overall": 0.75}]}
+    (sentence,) = degradation(record, "client drift from more local epochs")
+    assert sentence == ("Degradation E=1 → E=40 (points lost; client drift from more local "
+                        "epochs): fedavg +5.0.")

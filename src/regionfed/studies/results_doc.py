@@ -24,6 +24,11 @@ CLAIMS_FILE = Path(__file__).with_name("paper_claims.yaml")
 REGIONFED = ("regionfed-grad", "regionfed-interp", "regionfed-meta", "regionfed-dynamic",
              "regionfed-ensemble", "regionfed-persist")
 PERSONALIZED = ("local", "ditto", "pfedme", "apfl", "fedbabu", "fedrep", "fedtp")
+#: studies whose variants run along one axis, mildest first → what the drop from the first
+#: variant to the last measures
+AXES = {"heterogeneity": 'label skew; paper Table 2 "Deg."',
+        "regions": "more, smaller regions", "local-epochs": "client drift from more local epochs",
+        "concept-shift": "regions disagreeing on labels"}
 #: study name → key in paper_claims.yaml
 CLAIM_KEYS = {"heterogeneity": "heterogeneity", "regions": "regions",
               "assignment": "assignment", "ablation": "ablation",
@@ -156,10 +161,10 @@ def scoreboard(records: list[dict[str, Any]]) -> list[str]:
             f"{sum(t.values())} study points." for kind, t in tally.items()]
 
 
-def degradation(record: dict[str, Any]) -> list[str]:
-    """Paper Table 2's "Deg.": each method's Overall at the first variant (least heterogeneous,
-    α_D = 1.0) minus at the last (most heterogeneous, α_D = 0.1), in points; smaller is more
-    robust. One sentence, methods from most to least robust."""
+def degradation(record: dict[str, Any], meaning: str = 'paper Table 2 "Deg."') -> list[str]:
+    """Paper Table 2's "Deg.", for any study along one axis: each method's Overall at the
+    first variant (mildest: α_D = 1.0, E = 1, …) minus at the last (harshest), in points;
+    smaller is more robust. One sentence, methods from most to least robust."""
     first, last = record["variants"][0], record["variants"][-1]
     at = {(r["variant"], r["method"]): r["overall"] for r in record["rows"]}
     drops = {m: 100 * (at[(first, m)] - at[(last, m)])
@@ -168,7 +173,46 @@ def degradation(record: dict[str, Any]) -> list[str]:
     if not drops:
         return []
     ranked = ", ".join(f"{m} {d:+.1f}" for m, d in sorted(drops.items(), key=lambda x: x[1]))
-    return [f"Degradation {first} → {last} (points lost; paper Table 2 \"Deg.\"): {ranked}."]
+    return [f"Degradation {first} → {last} (points lost; {meaning}): {ranked}."]
+
+
+def single_method_effects(record: dict[str, Any]) -> list[str]:
+    """Studies of one method (ablation, sensitivity). Variants named ``parameter=value``
+    (Tables 15–18): per parameter, the lowest and highest Overall and their spread against
+    seed noise. Otherwise (Table 14's component combinations): each variant against the
+    first one, in points."""
+    rows = record["rows"]
+    if len({r["method"] for r in rows}) != 1:
+        return []
+    by_variant = {r["variant"]: r for r in rows}
+    order = [v for v in record["variants"] if v in by_variant]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for variant in order:
+        if "=" in variant:
+            groups.setdefault(variant.split("=", 1)[0], []).append(by_variant[variant])
+    if groups:
+        sentences = []
+        for parameter, members in groups.items():
+            low = min(members, key=lambda r: r["overall"])
+            high = max(members, key=lambda r: r["overall"])
+            spread = 100 * (high["overall"] - low["overall"])
+            noise = max(_noise(r, r) for r in members)
+            verdict = "within seed noise" if spread <= noise else "beyond seed noise"
+            sentences.append(
+                f"{parameter}: {low['method']} from {pct(low['overall'])} ({low['variant']}) "
+                f"to {pct(high['overall'])} ({high['variant']}), a spread of {spread:.1f} "
+                f"points ({verdict}, ±{noise:.1f}).")
+        return sentences
+    reference = by_variant[order[0]]
+    parts = []
+    for variant in order[1:]:
+        row = by_variant[variant]
+        gap = 100 * (row["overall"] - reference["overall"])
+        noise = _noise(row, reference)
+        parts.append(f"{variant} {gap:+.1f}" + (" (within seed noise)" if abs(gap) <= noise
+                                                else ""))
+    return [f"Against {order[0]} ({pct(reference['overall'])}), in points: "
+            + ", ".join(parts) + "."] if parts else []
 
 
 def privacy_cost(record: dict[str, Any]) -> list[str]:
@@ -212,9 +256,10 @@ def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
                 parts += ["", "Paper:", "", paper_table(sub)]
     else:
         parts += ["", "Paper: no table for this study."]
-    said = findings(record)
-    if record["study"] == "heterogeneity":
-        said += degradation(record)
+    # one method: what each variant changes; several: who wins each variant, by how much
+    said = single_method_effects(record) or findings(record)
+    if record["study"] in AXES:
+        said += degradation(record, AXES[record["study"]])
     said += privacy_cost(record)
     parts += ["", "What the numbers say:", ""] + [f"- {s}" for s in said]
     runs = list(dict.fromkeys(r["run"] for r in record["rows"] if r.get("run")))
