@@ -24,7 +24,7 @@ from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.regionfed import RegionFed, RegionFedConfig
 from regionfed.algorithms.regionfed.personalization import personalize_region
 from regionfed.algorithms.registry import get_method
-from regionfed.config import RunConfig, build_config, set_dotted
+from regionfed.config import RunConfig, build_config, load_config, set_dotted
 from regionfed.data.federation import Federation
 from regionfed.data.registry import build_federation
 from regionfed.errors import ConfigError, MethodNotApplicableError
@@ -233,6 +233,14 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
     if resume:
         if not config_path.exists():
             raise ConfigError(f"cannot resume: {config_path} does not exist")
+        saved = build_config(load_config(config_path))
+        if _as_json(saved) != _as_json(config):
+            # finished method × seed results of another configuration must never be mixed in
+            raise ConfigError(f"cannot resume {out}: its config.yaml is another configuration "
+                              "than this run's; run into a new folder or delete that one")
+        finished = _finished_results(out, config)
+        if finished is not None:  # e.g. a published run folder (results.json, no partial/)
+            return finished
     write_atomic(config_path, config.to_yaml())
     federation = build_federation(config.dataset, config.data)
     task = build_task(config.model, federation)
@@ -282,6 +290,26 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
     if state.is_dir() and not any(state.iterdir()):
         state.rmdir()
     return results
+
+
+def _as_json(config: RunConfig) -> Any:
+    """A configuration as its ``results.json`` / YAML form (tuples as lists, …)."""
+    return json.loads(json.dumps(config.model_dump(mode="json")))
+
+
+def _finished_results(out: Path, config: RunConfig) -> dict[str, Any] | None:
+    """``out/results.json`` if it holds every method × seed of exactly ``config`` (nothing
+    left to run), else ``None``; an unreadable file counts as unfinished (it is rewritten)."""
+    try:
+        results = json.loads((out / "results.json").read_text())
+        if results["config"] != _as_json(config):
+            return None
+        methods, skipped = results["methods"], results["not_applicable"]
+        done = all(m in skipped or len(methods[m]["seeds"]) == config.seeds
+                   for m in config.methods)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return results if done else None
 
 
 def _tuned_config(method: str, federation: Federation, task: Task, config: RunConfig,

@@ -32,7 +32,7 @@ def test_the_paper_size_is_the_papers_protocol():
     assert config.training.rounds == 50 and config.seeds == 5 and config.data.alpha_d == 0.1
 
 
-def test_a_study_runs_end_to_end_and_resumes(tmp_path, capsys):
+def test_a_study_runs_end_to_end_and_resumes(tmp_path, capsys, monkeypatch):
     out = tmp_path / "concept"
     assert main(["sweep", "concept-shift", *TINY, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -56,6 +56,29 @@ def test_a_study_runs_end_to_end_and_resumes(tmp_path, capsys):
     again = list(csv.DictReader((out / "concept-shift.csv").open()))
     assert [(r["variant"], r["method"], r["overall"]) for r in again] == \
         [(r["variant"], r["method"], r["overall"]) for r in rows]
+    # a published study (a fresh clone: results.json kept, partial/ and weights ignored by
+    # git) is not trained again either: its finished results.json is reused
+    import shutil
+
+    from regionfed.runtime.simulator import Simulator
+
+    for variant in study.variants:
+        for local in ("partial", "checkpoints", "metrics.jsonl"):
+            target = out / slug(variant.label) / local
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+    trained = []
+    monkeypatch.setattr(Simulator, "_drive_round",
+                        lambda self, strategy, rnd: trained.append(rnd))
+    assert main(["sweep", "concept-shift", *TINY, "--out", str(out)]) == 0
+    assert trained == []
+    published = list(csv.DictReader((out / "concept-shift.csv").open()))
+    assert [(r["variant"], r["method"], r["overall"]) for r in published] == \
+        [(r["variant"], r["method"], r["overall"]) for r in rows]
+    # the same folder under another configuration is refused, not mixed in
+    changed = [*TINY, "--set", "training.local_epochs=2"]
+    assert main(["sweep", "concept-shift", *changed, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another configuration" in err[0]
 
 
 def test_the_ablation_scores_hierarchy_with_the_personalized_overall(tmp_path, capsys):
