@@ -144,7 +144,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           full={**LARGE_FEDERATION, "training.rounds": 50}, full_seeds=3),
     Study("local-epochs", "Local epochs", "Appendix F.1",
           "how many local epochs E each method tolerates before client drift hurts",
-          ("fedavg", "scaffold", "pfedme", "regionfed-grad"),
+          ("fedavg", "scaffold", "pfedme", "regionfed-meta"),  # the paper's row
           tuple(Variant(f"E={e}", {"training.local_epochs": e}) for e in (1, 5, 10, 40)),
           # E = 40 costs 40× a round of E = 1 (measured: ~50 s a FedAvg round on one core
           # at 4,000 queries): half the data, 10 rounds, half the clients a round, 2 seeds
