@@ -241,7 +241,7 @@ def _noise(a: dict[str, Any], b: dict[str, Any]) -> float:
 
 
 def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
-    parts = [f"## {record['title']} ({record['paper']})", "",
+    parts = [f"## {record['title']} ({record['paper'].strip('()')})", "",
              f"Question: {record['question']}.", "",
              f"Ours ({'paper size' if record['full'] else 'reduced size'}; test Overall %, "
              "mean ± std over seeds):", "", our_table(record)]
