@@ -89,6 +89,9 @@ def test_privacy_cost_is_each_methods_drop_below_its_own_no_dp_result():
                         "regionfed-grad +20.0.")
     record["rows"][3]["epsilon"] = 4.5  # a method that releases twice a round
     assert privacy_cost(record)[0].startswith("σ=4 (ε = 3.10–4.50):")
+    for row in record["rows"][:2]:  # no-DP rows of another setting are no baseline
+        row["variant"] = "α_min=0.5"
+    assert privacy_cost(record) == []
 
 
 def test_the_scoreboard_counts_each_study_point_once_per_rival():

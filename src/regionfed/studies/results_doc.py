@@ -219,7 +219,10 @@ def privacy_cost(record: dict[str, Any]) -> list[str]:
     """The real cost of DP: per σ, each method's Overall below its own no-DP Overall (points),
     with ε (δ from the run) as the accountant recorded it in the run's ledger."""
     rows = record["rows"]
-    baseline = {r["method"]: r["overall"] for r in rows if r.get("epsilon") is None}
+    # only against the study's own "no DP" variant (same sampling rate as every σ); a study
+    # without one (sensitivity: its no-DP variants differ in other settings) has no DP cost
+    baseline = {r["method"]: r["overall"] for r in rows
+                if r["variant"] == "no DP" and r.get("epsilon") is None}
     sentences = []
     for variant in record["variants"]:
         here = [r for r in rows if r["variant"] == variant and r.get("epsilon") is not None]
