@@ -108,6 +108,14 @@ def test_batched_training_equals_the_sequential_loop(tiny_task, clients, starts,
                 assert float((got[s] - want[s]).abs().max()) <= 2 * config.lr * steps
                 got, want = got.clone(), want.clone()
                 got[s] = want[s] = 0.0
+            # elsewhere a gradient is at rounding level only now and then (a rare n-gram's
+            # row, a key weight at one step); the loops' last-bit differences depend on the
+            # CPU's kernels (AVX2 vs AVX-512) and AdamW scales them up the same way: allow a
+            # handful of such elements (a wrong computation moves nearly all of them)
+            off = ~torch.isclose(got, want, rtol=1e-5, atol=1e-5)
+            assert int(off.sum()) <= 1e-3 * got.numel()
+            assert float((got - want).abs().max()) <= 2 * config.lr * steps
+            got[off] = want[off] = 0.0
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert torch.equal(batched[-1][0], starts[-1]) and batched[-1][1] == 0.0  # no data
 
