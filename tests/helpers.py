@@ -130,8 +130,9 @@ def shared_data(*parts: str) -> Path:
     return Path("../shared/data").joinpath(*parts)
 
 
-#: `regionfed sweep` flags that make any study tiny (seconds per variant)
-TINY_SWEEP = ["--seeds", "1", "--quiet",
+#: `regionfed sweep` flags that make any study tiny (seconds per variant), in this process
+#: (``--jobs 1``: monkeypatches reach the runs)
+TINY_SWEEP = ["--seeds", "1", "--quiet", "--jobs", "1",
               "--set", "data.num_queries=480", "--set", "data.num_regions=2",
               "--set", "data.clients_per_region=2", "--set", "data.vocab_size=1000",
               "--set", "training.rounds=1", "--set", "training.eval_every=1",

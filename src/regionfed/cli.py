@@ -243,11 +243,12 @@ def _add_sweep_command(sub: Any) -> None:
     sweep = sub.add_parser(
         "sweep", help="run one of the paper's studies (variants × methods × seeds)",
         description="Run every variant of a study at the reduced size (default, about an "
-        "hour on 2 cores) or the paper's (--full); resumable; writes <out>/<variant>/ runs, "
+        "hour on 2 cores, variants in parallel) or the paper's (--full); resumable; writes <out>/<variant>/ runs, "
         "<study>.csv, <study>.png and study.json.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"studies:\n{listing}\n\nexamples:\n  regionfed sweep heterogeneity\n"
         "  regionfed sweep privacy --seeds 2 --out runs/sweeps/privacy\n"
+        "  regionfed sweep regions --jobs 2          # 2 variants at a time, 1 thread each\n"
         "  regionfed sweep ablation --full\n")
     sweep.add_argument("study", choices=list(STUDIES), metavar="STUDY",
                        help="one of: " + ", ".join(STUDIES))
@@ -257,6 +258,10 @@ def _add_sweep_command(sub: Any) -> None:
                        help="output folder (default runs/sweeps/<study>; rerunning resumes)")
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key of every run (repeatable)")
+    sweep.add_argument("--jobs", type=int, metavar="N",
+                       help="variants trained at once, each in its own process with "
+                       "cores/N torch threads (default: one per usable core, at most one "
+                       "per variant; 1 = all in this process)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -453,13 +458,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import shlex
 
     from regionfed.studies.registry import get_study
-    from regionfed.studies.runner import run_study
+    from regionfed.studies.runner import default_jobs, run_study
 
     study = get_study(args.study)
     out = Path(args.out) if args.out else Path("runs") / "sweeps" / study.name
     record = run_study(study, out, full=args.full, seeds=args.seeds, set_items=args.set,
                        progress=not args.quiet,
-                       command="regionfed " + shlex.join(args.argv))
+                       command="regionfed " + shlex.join(args.argv),
+                       jobs=default_jobs(study) if args.jobs is None else args.jobs)
     width = max(len(v) for v in record["variants"])
     print(f"{study.title} ({study.paper}), test Overall %, mean ± std over seeds")
     for row in record["rows"]:

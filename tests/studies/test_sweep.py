@@ -4,6 +4,7 @@ finished work."""
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from helpers import TINY_SWEEP as TINY
@@ -81,6 +82,36 @@ def test_a_study_runs_end_to_end_and_resumes(tmp_path, capsys, monkeypatch):
     assert len(err) == 1 and "another configuration" in err[0]
 
 
+def test_variants_trained_in_worker_processes_match_the_in_process_study(tmp_path, capsys):
+    """``--jobs 2``: two spawned workers, one torch thread each; rows stay in variant order
+    and agree with the same study trained in this process."""
+    import torch
+
+    threads = torch.get_num_threads()
+    fast = ["--set", "methods=[fedavg, region-fedavg]"]
+    assert main(["sweep", "assignment", *TINY, *fast, "--out", str(tmp_path / "one")]) == 0
+    tiny = [*TINY[:TINY.index("--jobs")], *TINY[TINY.index("--jobs") + 2:], *fast]
+    assert main(["sweep", "assignment", *tiny, "--jobs", "2",
+                 "--out", str(tmp_path / "two")]) == 0
+    assert torch.get_num_threads() == threads  # the workers' setting stays in the workers
+    one = json.loads((tmp_path / "one" / "study.json").read_text())["rows"]
+    two = json.loads((tmp_path / "two" / "study.json").read_text())["rows"]
+    assert [(r["variant"], r["method"]) for r in two] == \
+        [(v.label, m) for v in get_study("assignment").variants
+         for m in ("fedavg", "region-fedavg")]
+    for row in two:  # each row is its own variant's run, not a neighbour's
+        results = json.loads((Path(row["run"]) / "results.json").read_text())
+        assert row["overall"] == results["methods"][row["method"]]["overall"]
+    # the same numbers up to the last bits that another thread count may change
+    assert [r["overall"] for r in two] == pytest.approx([r["overall"] for r in one], abs=1e-3)
+    # a worker's failure is the sweep's one error line: a variant folder of another
+    # configuration is refused inside its worker
+    changed = [*tiny, "--set", "training.local_epochs=2", "--jobs", "2"]
+    assert main(["sweep", "assignment", *changed, "--out", str(tmp_path / "two")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another configuration" in err[0]
+
+
 def test_the_ablation_scores_hierarchy_with_the_personalized_overall(tmp_path, capsys):
     out = tmp_path / "ablation"
     assert main(["sweep", "ablation", *TINY, "--out", str(out)]) == 0
@@ -97,6 +128,7 @@ def test_the_ablation_scores_hierarchy_with_the_personalized_overall(tmp_path, c
 @pytest.mark.parametrize("argv, message", [
     (["sweep", "astrology"], "STUDY"),
     (["sweep", "privacy", "--set", "training.rounds=0"], "training.rounds"),
+    (["sweep", "privacy", "--jobs", "0"], "--jobs"),
 ])
 def test_bad_sweep_input_is_one_error_line(argv, message, capsys, tmp_path):
     try:
