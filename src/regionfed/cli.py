@@ -243,8 +243,8 @@ def _add_sweep_command(sub: Any) -> None:
     sweep = sub.add_parser(
         "sweep", help="run one of the paper's studies (variants × methods × seeds)",
         description="Run every variant of a study at the reduced size (default, about an "
-        "hour on 2 cores, variants in parallel) or the paper's (--full); resumable; writes <out>/<variant>/ runs, "
-        "<study>.csv, <study>.png and study.json.",
+        "hour on 2 cores, variants in parallel) or the paper's (--full); resumable; writes "
+        "<out>/<variant>/ runs, <study>.csv, <study>.png and study.json.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"studies:\n{listing}\n\nexamples:\n  regionfed sweep heterogeneity\n"
         "  regionfed sweep privacy --seeds 2 --out runs/sweeps/privacy\n"

@@ -55,6 +55,16 @@ def test_findings_name_the_winner_and_regionfeds_margin():
     assert "best personalized baseline ditto: +1.5 points" in sentence
 
 
+def test_a_single_seed_margin_says_it_has_no_noise_band():
+    record = {"variants": ["σ=4"], "rows": [
+        {"variant": "σ=4", "method": "fedavg", "overall": 0.53, "overall_std": None,
+         "seeds": 1},
+        {"variant": "σ=4", "method": "regionfed-grad", "overall": 0.45, "overall_std": None,
+         "seeds": 1}]}
+    (sentence,) = findings(record)
+    assert sentence.endswith("vs fedavg: -8.0 points (behind; 1 seed, no noise band).")
+
+
 def test_the_transcribed_paper_tables_render():
     claims = load_claims()
     table = paper_table(claims["assignment"])
@@ -75,7 +85,7 @@ def test_degradation_ranks_methods_by_points_lost_from_low_to_high_heterogeneity
         {"variant": "α_D=1.0", "method": "regionfed-meta", "overall": 0.82},
         {"variant": "α_D=0.1", "method": "regionfed-meta", "overall": 0.79}]}
     (sentence,) = degradation(record)
-    assert "regionfed-meta +3.0, fedavg +10.0" in sentence
+    assert "regionfed-meta lost 3.0, fedavg lost 10.0" in sentence
 
 
 def test_privacy_cost_is_each_methods_drop_below_its_own_no_dp_result():
@@ -137,7 +147,9 @@ def test_an_ablation_compares_every_combination_with_the_first():
 def test_degradation_names_what_the_studys_axis_measures():
     record = {"variants": ["E=1", "E=40"], "rows": [
         {"variant": "E=1", "method": "fedavg", "overall": 0.80},
-        {"variant": "E=40", "method": "fedavg", "overall": 0.75}]}
+        {"variant": "E=40", "method": "fedavg", "overall": 0.75},
+        {"variant": "E=1", "method": "scaffold", "overall": 0.40},
+        {"variant": "E=40", "method": "scaffold", "overall": 0.62}]}
     (sentence,) = degradation(record, "client drift from more local epochs")
-    assert sentence == ("Degradation E=1 → E=40 (points lost; client drift from more local "
-                        "epochs): fedavg +5.0.")
+    assert sentence == ("Degradation E=1 → E=40 (client drift from more local epochs), in "
+                        "points: scaffold gained 22.0, fedavg lost 5.0.")

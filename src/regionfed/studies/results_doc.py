@@ -139,8 +139,9 @@ def findings(record: dict[str, Any]) -> list[str]:
         for ours, rival, gap, noise, verdict in margins(here):
             label = (f"vs the best personalized baseline {rival}" if rival in PERSONALIZED
                      else f"{ours} vs {rival}")
-            parts.append(f"{label}: {gap:+.1f} points ({verdict}"
-                         f"{f', ±{noise:.1f}' if noise else ''})")
+            band = (f", ±{noise:.1f}" if noise else
+                    "; 1 seed, no noise band" if here[ours].get("seeds") == 1 else "")
+            parts.append(f"{label}: {gap:+.1f} points ({verdict}{band})")
         sentences.append("; ".join(parts) + ".")
     return sentences
 
@@ -164,7 +165,8 @@ def scoreboard(records: list[dict[str, Any]]) -> list[str]:
 def degradation(record: dict[str, Any], meaning: str = 'paper Table 2 "Deg."') -> list[str]:
     """Paper Table 2's "Deg.", for any study along one axis: each method's Overall at the
     first variant (mildest: α_D = 1.0, E = 1, …) minus at the last (harshest), in points;
-    smaller is more robust. One sentence, methods from most to least robust."""
+    smaller is more robust, and a method that improves along the axis says "gained". One
+    sentence, methods from most to least robust."""
     first, last = record["variants"][0], record["variants"][-1]
     at = {(r["variant"], r["method"]): r["overall"] for r in record["rows"]}
     drops = {m: 100 * (at[(first, m)] - at[(last, m)])
@@ -172,8 +174,9 @@ def degradation(record: dict[str, Any], meaning: str = 'paper Table 2 "Deg."') -
              if (first, m) in at and (last, m) in at}
     if not drops:
         return []
-    ranked = ", ".join(f"{m} {d:+.1f}" for m, d in sorted(drops.items(), key=lambda x: x[1]))
-    return [f"Degradation {first} → {last} (points lost; {meaning}): {ranked}."]
+    ranked = ", ".join(f"{m} {'lost' if d > 0 else 'gained'} {abs(d):.1f}"
+                       for m, d in sorted(drops.items(), key=lambda x: x[1]))
+    return [f"Degradation {first} → {last} ({meaning}), in points: {ranked}."]
 
 
 def single_method_effects(record: dict[str, Any]) -> list[str]:
