@@ -2,13 +2,15 @@
 ``--jobs N`` worker processes (``regionfed sweep``), all measured in ONE run on the same
 study (this machine is shared and noisy: compare ratios, not absolute times).
 
-    .venv/bin/python benchmarks/sweep_jobs.py                  # ~5 minutes on 2 cores
+    .venv/bin/python benchmarks/sweep_jobs.py                  # ~4 minutes on 2 cores
     .venv/bin/python benchmarks/sweep_jobs.py --rounds 2       # quicker
     .venv/bin/python benchmarks/sweep_jobs.py --json out.json  # also write the numbers
 
-Workload: the ``heterogeneity`` study's 3 variants (α_D 1.0 / 0.3 / 0.1) with fedavg and
-regionfed-grad, 1 seed, ``--rounds`` rounds, otherwise the reduced size (8 regions × 5
-clients, 8,000 queries, ``tiny`` model). Each configuration runs in a fresh output folder
+Workload: the ``assignment`` study's 4 variants (semantic, geographic, random, adversarial:
+about equal cost, so 2 workers can split them evenly) with fedavg and regionfed-grad, 1 seed,
+``--rounds`` rounds, otherwise the reduced size (8 regions × 5 clients, 8,000 queries,
+``tiny`` model). A study whose variants differ in cost gains less: workers take whole
+variants. Each configuration runs in a fresh output folder
 through the CLI, so the timing includes worker start-up. Prints the wall seconds and
 ``speedup_jobs`` = (one process, default threads) / (``--jobs N``) and
 ``speedup_jobs_vs_one_thread`` = (one process, one thread) / (``--jobs N``), and checks that
@@ -32,7 +34,7 @@ from regionfed.studies.runner import usable_cores
 def timed_sweep(out: Path, args: list[str], env: dict[str, str]) -> tuple[float, list[float]]:
     """Wall seconds of one ``regionfed sweep`` and the Overall of each row."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "regionfed", "sweep", "heterogeneity", *args,
+    subprocess.run([sys.executable, "-m", "regionfed", "sweep", "assignment", *args,
                     "--out", str(out)], check=True, env=env, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     rows = json.loads((out / "study.json").read_text())["rows"]
@@ -43,10 +45,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--jobs", type=int, default=None,
-                        help="workers of the parallel run (default: usable cores, ≤ 3)")
+                        help="workers of the parallel run (default: usable cores, ≤ 4)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    jobs = args.jobs or max(2, min(usable_cores(), 3))
+    jobs = args.jobs or max(2, min(usable_cores(), 4))
     common = ["--quiet", "--seeds", "1", "--set", f"training.rounds={args.rounds}",
               "--set", f"training.eval_every={args.rounds}",
               "--set", "methods=[fedavg, regionfed-grad]"]
