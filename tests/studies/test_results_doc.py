@@ -15,6 +15,7 @@ from regionfed.studies.results_doc import (
     privacy_cost,
     scoreboard,
     single_method_effects,
+    workers_phrase,
 )
 
 
@@ -36,7 +37,8 @@ def test_the_results_document_is_built_from_the_study_records(studies, tmp_path,
             assert f"{100 * float(row['overall']):.1f}" in text  # every number traces back
     assert "Table 2" in text and "RF-Meta" in text  # the paper's table beside ours
     assert "Paper: no table for this study." in text  # concept shift has none
-    assert text.count("Command: `regionfed sweep") == 2 and "Wall time:" in text
+    assert text.count("Command: `regionfed sweep") == 2
+    assert text.count("min for the last invocation (one variant at a time)") == 2
     assert f"`{studies / 'heterogeneity' / 'a_D-0.1'}`" in text  # the run folder
     assert "Regional equity" in text
     assert "Not measured yet: `regions`, `assignment`" in text  # what is still missing
@@ -153,3 +155,8 @@ def test_degradation_names_what_the_studys_axis_measures():
     (sentence,) = degradation(record, "client drift from more local epochs")
     assert sentence == ("Degradation E=1 → E=40 (client drift from more local epochs), in "
                         "points: scaffold gained 22.0, fedavg lost 5.0.")
+
+
+def test_the_wall_time_says_how_many_variants_ran_at_once():
+    assert workers_phrase({"jobs": 2}) == " (2 variants at a time)"
+    assert workers_phrase({}) == " (worker count not recorded)"  # records before --jobs

@@ -45,7 +45,7 @@ def test_a_study_runs_end_to_end_and_resumes(tmp_path, capsys, monkeypatch):
     assert (out / "concept-shift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = json.loads((out / "study.json").read_text())
     assert record["command"].startswith("regionfed sweep concept-shift")
-    assert record["hardware"] and record["wall_seconds"] > 0
+    assert record["hardware"] and record["wall_seconds"] > 0 and record["jobs"] == 1
     assert record["run_seconds"] == pytest.approx(
         sum(float(r["seconds"]) * int(r["seeds"]) for r in rows), abs=0.1)
     assert "shift=1.0" in printed
@@ -95,7 +95,9 @@ def test_variants_trained_in_worker_processes_match_the_in_process_study(tmp_pat
                  "--out", str(tmp_path / "two")]) == 0
     assert torch.get_num_threads() == threads  # the workers' setting stays in the workers
     one = json.loads((tmp_path / "one" / "study.json").read_text())["rows"]
-    two = json.loads((tmp_path / "two" / "study.json").read_text())["rows"]
+    two_record = json.loads((tmp_path / "two" / "study.json").read_text())
+    assert two_record["jobs"] == 2  # the wall time is read against it
+    two = two_record["rows"]
     assert [(r["variant"], r["method"]) for r in two] == \
         [(v.label, m) for v in get_study("assignment").variants
          for m in ("fedavg", "region-fedavg")]

@@ -274,9 +274,18 @@ def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
               + ", ".join(f"`{run}`" for run in runs) + "  ",
               f"Hardware: {record['hardware']}  ",
               f"Wall time: {record['wall_seconds'] / 60:.1f} min for the last invocation"
+              + workers_phrase(record)
               + (f"; the runs took {record['run_seconds'] / 60:.1f} min in all"
                  if record.get("run_seconds") else "")]
     return "\n".join(parts)
+
+
+def workers_phrase(record: dict[str, Any]) -> str:
+    """How many variants the last invocation trained at once: the wall time depends on it."""
+    jobs = record.get("jobs")
+    if jobs is None:
+        return " (worker count not recorded)"
+    return " (one variant at a time)" if jobs == 1 else f" ({jobs} variants at a time)"
 
 
 def results_markdown(folders: list[Path]) -> str:

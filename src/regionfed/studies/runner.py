@@ -133,7 +133,8 @@ def run_study(study: Study, out: Path, *, full: bool = False, seeds: int | None 
         rows.extend(variant_rows(study, variant, result, out / slug(variant.label)))
     record = {"study": study.name, "title": study.title, "paper": study.paper,
               "question": study.question, "full": full, "command": command,
-              "hardware": hardware(), "wall_seconds": round(time.perf_counter() - start, 1),
+              "hardware": hardware(), "jobs": jobs,
+              "wall_seconds": round(time.perf_counter() - start, 1),
               # the runs' own time, whichever invocation trained them (resume-proof)
               "run_seconds": round(sum((r["seconds"] or 0.0) * r["seeds"] for r in rows), 1),
               "variants": [v.label for v in study.variants], "rows": rows}
