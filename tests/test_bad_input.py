@@ -120,6 +120,7 @@ def data_file_cases(tmp_path):
 def test_bad_data_files(case, tmp_path, capsys):
     args, message = data_file_cases(tmp_path)[case]
     check(capsys, [*RUN, *args, "--out", str(tmp_path / "run")], message)
+    assert not (tmp_path / "run").exists()  # refused at start: the retry gets the same name
 
 
 @pytest.mark.parametrize("argv, message", [

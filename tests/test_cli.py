@@ -173,3 +173,57 @@ def test_bad_dataset_and_model_choices_get_one_line_errors(tmp_path, capsys, arg
     code, _, err = run_cli(capsys, "run", "--quiet", "--rounds", "1", "--out",
                            str(tmp_path / "x"), *argv)
     assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("item, section, key, expected", [
+    ("training.client_batching=off", "training", "client_batching", "off"),
+    ("dp.mode=off", "dp", "mode", "off"),
+    ("regionfed.rho_search=off", "regionfed", "rho_search", False),  # bool fields still
+    ("regionfed.rho_search=yes", "regionfed", "rho_search", True),   # read YAML 1.1 words
+])
+def test_set_values_reach_string_fields_as_typed(item, section, key, expected, tmp_path,
+                                                 capsys):
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", *SMALL, "--methods", "majority", "--set", item,
+                           "--out", str(out))
+    assert code == 0, err
+    assert yaml.safe_load((out / "config.yaml").read_text())[section][key] == expected
+
+
+def test_a_run_refused_at_start_leaves_no_folder_and_the_retry_uses_the_name(tmp_path,
+                                                                            capsys):
+    out = tmp_path / "run"
+    missing = tmp_path / "nope.jsonl"
+    code, _, err = run_cli(capsys, "run", "--dataset", "reviews", "--set",
+                           f"data.path={missing}", "--methods", "majority", "--quiet",
+                           "--out", str(out))
+    assert code == 2 and "nope.jsonl" in err
+    assert not out.exists()
+    code, _, err = run_cli(capsys, "compare", "--dataset", "reviews", "--set",
+                           f"data.path={missing}", "--methods", "majority", "--quiet",
+                           "--out", str(out))
+    assert code == 2 and "nope.jsonl" in err
+    assert not out.exists()
+    assert run_cli(capsys, "run", *SMALL, "--methods", "majority", "--out", str(out))[0] == 0
+    assert (out / "results.json").exists() and not (tmp_path / "run-2").exists()
+
+
+def test_a_failure_after_finished_work_keeps_the_folder_for_resume(tmp_path, capsys,
+                                                                  monkeypatch):
+    import regionfed.experiment as experiment
+
+    calls = []
+    real = experiment._run_and_record
+
+    def fail_second(*args, **kwargs):
+        calls.append(args[0])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "_run_and_record", fail_second)
+    out = tmp_path / "run"
+    code, _, _ = run_cli(capsys, "run", *SMALL, "--methods", "majority,centralized",
+                         "--out", str(out))
+    assert code == 130
+    assert (out / "partial" / "majority__seed0.json").exists()

@@ -45,3 +45,23 @@ def test_set_dotted():
     with pytest.raises(ConfigError):
         set_dotted({"training": 3}, "training.rounds", 1)
     assert isinstance(build_config(data), RunConfig)
+
+
+def test_config_files_read_off_as_a_string_and_true_false_as_booleans(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("dp:\n  mode: off\ntraining:\n  client_batching: off\n"
+                    "regionfed:\n  rho_search: false\n")
+    config = build_config(load_config(path))
+    assert config.dp.mode == "off" and config.training.client_batching == "off"
+    assert config.regionfed.rho_search is False
+
+
+def test_set_keeps_text_for_text_fields_and_parses_the_rest():
+    from regionfed.config import apply_set_overrides
+
+    data: dict = {}
+    apply_set_overrides(data, ["name=2024", "training.rounds=3", "flower.superlink=null",
+                               "model.name=cnn", "model.hidden=12", "training.device=cpu"])
+    assert data["name"] == "2024" and data["training"]["rounds"] == 3
+    assert data["flower"]["superlink"] is None and data["model"]["hidden"] == 12
+    assert build_config(data).name == "2024"

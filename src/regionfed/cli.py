@@ -340,15 +340,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import os
-    import platform
     import shlex
-    import time
 
-    from regionfed.errors import ConfigError
-    from regionfed.experiment import run_experiment, unique_run_dir, with_overrides
-    from regionfed.io import write_atomic
-    from regionfed.report import comparison_markdown
+    from regionfed.experiment import removed_if_start_fails, unique_run_dir, with_overrides
 
     command = "regionfed " + shlex.join(args.argv)
     if args.resume:
@@ -364,6 +358,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.tune:
             config = with_overrides(config, {"tuning.enabled": True})
         out = unique_run_dir(Path(args.out) if args.out else Path("runs") / config.name)
+    with removed_if_start_fails(out):
+        return _compare(args, config, out, command)
+
+
+def _compare(args: argparse.Namespace, config: RunConfig, out: Path, command: str) -> int:
+    """``regionfed compare`` into ``out``: one run per privacy setting, then the tables."""
+    import os
+    import platform
+    import time
+
+    from regionfed.errors import ConfigError
+    from regionfed.experiment import run_experiment, with_overrides
+    from regionfed.io import write_atomic
+    from regionfed.report import comparison_markdown
+
+    if not args.resume:
         out.mkdir(parents=True)
         write_atomic(out / "compare-config.yaml", config.to_yaml())
         write_atomic(out / "command.txt", command + "\n")

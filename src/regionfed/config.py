@@ -6,8 +6,10 @@ Unknown keys, out-of-range values and unknown method names are rejected with a o
 
 from __future__ import annotations
 
+import re
+import types
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -218,11 +220,33 @@ def build_config(data: dict[str, Any] | None = None) -> RunConfig:
     return config
 
 
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 booleans: only ``true``/``false`` are booleans.
+
+    YAML 1.1 also reads ``off``/``on``/``yes``/``no`` as booleans, which turns
+    ``dp.mode: off`` or ``client_batching: off`` into ``False``; boolean fields still accept
+    those words, because pydantic reads the strings ``"off"``/``"on"``/… as booleans.
+    """
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"))
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text (a config file, a ``--set`` value) as Python data, YAML 1.2 booleans."""
+    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file into a mapping (validated later by :func:`build_config`)."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = parse_yaml(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except yaml.YAMLError as exc:
@@ -249,13 +273,57 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def apply_set_overrides(data: dict[str, Any], items: list[str]) -> None:
-    """Apply ``KEY=VALUE`` strings (``--set``) to ``data``; values are parsed as YAML."""
+    """Apply ``KEY=VALUE`` strings (``--set``) to ``data``; values are parsed as YAML, except
+    that a key whose field only takes text gets the value as typed (``name=1e3`` stays
+    ``"1e3"``, ``dp.mode=off`` stays ``"off"``)."""
     for item in items:
         key, sep, raw = item.partition("=")
+        key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         try:
-            value = yaml.safe_load(raw)
+            value = parse_yaml(raw)
         except yaml.YAMLError:
-            raise ConfigError(f"--set {key.strip()}: {raw!r} is not a valid value") from None
-        set_dotted(data, key.strip(), value)
+            raise ConfigError(f"--set {key}: {raw!r} is not a valid value") from None
+        if value is not None and not isinstance(value, str | list | dict) and \
+                _takes_only_text(_field_annotation(data, key)):
+            value = raw.strip()
+        set_dotted(data, key, value)
+
+
+def _field_annotation(data: dict[str, Any], dotted: str) -> Any:
+    """The type annotation of the configuration field at ``dotted`` (``None`` if unknown);
+    ``data`` and ``model`` are looked up in the section the dataset / model name picks."""
+    schema: Any = RunConfig
+    node: Any = data
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.get(key, {}) if isinstance(node, dict) else {}
+        if schema is RunConfig and key == "data":
+            schema = DATA_CONFIGS.get(data.get("dataset", "esci-synth"))
+        elif schema is RunConfig and key == "model":
+            name = node.get("name", "tiny") if isinstance(node, dict) else "tiny"
+            schema = MODEL_CONFIGS.get(name)
+        else:
+            field = schema.model_fields.get(key) if schema is not None else None
+            annotation = field.annotation if field is not None else None
+            schema = annotation if isinstance(annotation, type) and \
+                issubclass(annotation, BaseModel) else None
+        if schema is None:
+            return None
+    field = schema.model_fields.get(leaf)
+    return field.annotation if field is not None else None
+
+
+def _takes_only_text(annotation: Any) -> bool:
+    """Whether a field of this type accepts nothing but strings (``str``, a ``Literal`` of
+    strings, either optional)."""
+    if annotation is str:
+        return True
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return all(isinstance(a, str) for a in args)
+    if origin in (Union, types.UnionType):
+        kinds = [a for a in args if a is not type(None)]
+        return bool(kinds) and all(_takes_only_text(a) for a in kinds)
+    return False

@@ -1,7 +1,7 @@
 """One experiment: every configured method × seed on one federation → ``runs/<name>/``.
 
-Outputs (SPEC §9): ``config.yaml``, ``metrics.jsonl`` (one line per method, seed and round),
-``results.json`` (the stable schema of SPEC §9.1), ``checkpoints/<method>-seed<k>.safetensors``
+Outputs: ``config.yaml``, ``metrics.jsonl`` (one line per method, seed and round),
+``results.json`` (a stable schema, docs/cli.md), ``checkpoints/<method>-seed<k>.safetensors``
 (final global model of trained methods), ``checkpoints/<method>-seed<k>.regions.safetensors``
 (each region's final model as a flat vector, for region-personalized methods) and
 ``partial/`` (finished method × seed results, so ``--resume`` can skip them).
@@ -10,8 +10,10 @@ Outputs (SPEC §9): ``config.yaml``, ``metrics.jsonl`` (one line per method, see
 from __future__ import annotations
 
 import json
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,14 +222,46 @@ def unique_run_dir(base: Path) -> Path:
     return Path(f"{base}-{k}")
 
 
+@contextmanager
+def removed_if_start_fails(out: Path) -> Iterator[None]:
+    """Delete ``out`` again if the body fails before leaving anything ``--resume`` could use.
+
+    A run refused at start (bad data file, a method that can't be built, Ctrl-C while the
+    federation loads) must leave no folder behind, or the retry silently goes to
+    ``out-2``. A folder this call did not create, or one that holds a finished method × seed
+    (``partial/``) or a round checkpoint (``state/``), is kept.
+    """
+    created = not out.exists()
+    try:
+        yield
+    except BaseException:
+        if created and out.is_dir() and not _has_resumable_work(out):
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _has_resumable_work(out: Path) -> bool:
+    return any(path.is_file() and path.parent.name in ("partial", "state")
+               for path in out.rglob("*"))
+
+
 def _partial_path(out: Path, method: str, seed: int) -> Path:
     return out / "partial" / f"{method}__seed{seed}.json"
 
 
 def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
                    resume: bool = False) -> dict[str, Any]:
-    """Run every method × seed, writing outputs under ``out``; returns ``results.json``."""
+    """Run every method × seed, writing outputs under ``out``; returns ``results.json``.
+
+    A run that fails before finishing anything resumable leaves no folder
+    (:func:`removed_if_start_fails`)."""
     check_privacy_budget(config)  # a budget no method can meet must not leave a run folder
+    with removed_if_start_fails(out):
+        return _run_experiment(config, out, progress, resume)
+
+
+def _run_experiment(config: RunConfig, out: Path, progress: bool,
+                    resume: bool) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "config.yaml"
     if resume:

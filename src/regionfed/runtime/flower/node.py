@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from regionfed.algorithms.base import Strategy, check_finite
-from regionfed.config import RunConfig, TrainingConfig, build_config
+from regionfed.config import RunConfig, TrainingConfig, build_config, parse_yaml
 from regionfed.data.federation import ClientData, Federation
 from regionfed.errors import ConfigError, DataError
 from regionfed.models.tasks import Task
@@ -75,9 +75,7 @@ def run_settings(run_config: dict[str, Any]) -> tuple[str, str, int]:
 
 
 def load_run_config(text: str) -> RunConfig:
-    import yaml
-
-    return build_config(yaml.safe_load(text))
+    return build_config(parse_yaml(text))
 
 
 def client_index(federation: Federation, node_config: dict[str, Any]) -> int:
