@@ -1,4 +1,4 @@
-"""Privacy–utility curve versus cohort size (SPEC §3, "known weak points").
+"""Privacy–utility curve versus cohort size (docs/privacy-cohort.md: where DP becomes cheap).
 
 With user-level DP the noise on a regional mean has per-coordinate std σC/(q·n_r): with the
 paper's 10 clients per region it swamps the update, so "DP costs 0.26 pp" cannot hold there.

@@ -25,7 +25,7 @@ from regionfed.errors import RegionFedError
 
 EXIT_BAD_INPUT = 2
 
-# flag dest → dotted config key (SPEC §9.1 names; extend, don't rename)
+# flag dest → dotted config key (stable names, docs/cli.md; extend, don't rename)
 FLAG_KEYS = {
     "dataset": "dataset",
     "rounds": "training.rounds",
@@ -82,7 +82,7 @@ FLOWER_EXAMPLES = """examples (one machine, loopback; each line in its own termi
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (SPEC §9.1 error contract)
+    def error(self, message: str) -> None:  # one line, exit 2 (error contract, docs/cli.md)
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see '{self.prog} --help')\n")
 
 

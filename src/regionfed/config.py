@@ -49,7 +49,7 @@ class TrainingConfig(BaseModel):
     sample_rate: float = Field(1.0, gt=0, le=1)
     server_lr: float = Field(1.0, gt=0)
     eval_every: int = Field(5, ge=1)
-    #: stop before the privacy budget is exceeded (rounds are cut to fit, SPEC §4)
+    #: stop before the privacy budget is exceeded (rounds are cut to fit, docs/privacy.md)
     target_epsilon: float | None = Field(None, gt=0)
     #: train a round's clients as one batched (vmap) computation where the task and the
     #: strategy allow it (``auto``), or one by one (``off``); results agree to float tolerance
@@ -77,7 +77,7 @@ class TrainingConfig(BaseModel):
 
 
 class BaselinesConfig(BaseModel):
-    """Key hyper-parameters of the baselines (SPEC §5)."""
+    """Key hyper-parameters of the baselines (paper §4.3; docs/baselines.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -110,8 +110,8 @@ class BaselinesConfig(BaseModel):
 
 
 class FlowerConfig(BaseModel):
-    """Flower Deployment Engine settings (``runtime: flower``; README "Running on many
-    machines")."""
+    """Flower Deployment Engine settings (``runtime: flower``; docs/flower.md,
+    "Many machines")."""
 
     model_config = ConfigDict(extra="forbid")
 

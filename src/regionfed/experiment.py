@@ -155,7 +155,7 @@ def build_strategy(method: str, config: RunConfig) -> Strategy:
 
 
 def rounds_for_budget(config: RunConfig, strategy: Strategy, ledger: PrivacyLedger) -> int:
-    """The configured rounds, cut so that ε stays ≤ ``training.target_epsilon`` (SPEC §4)."""
+    """The configured rounds, cut so ε stays ≤ ``training.target_epsilon`` (docs/privacy.md)."""
     rounds, target = config.training.rounds, config.training.target_epsilon
     if target is None or strategy.releases_per_round == 0:
         return rounds

@@ -1,4 +1,4 @@
-"""Metrics (SPEC §8): per-task scores, Overall, and the regional summary (RRS, worst, std).
+"""Metrics (paper §4.2): per-task scores, Overall, and the regional summary (RRS, worst, std).
 
 All values are fractions in [0, 1]. Every example counts: unparseable or missing predictions
 are wrong, never dropped.

@@ -1,6 +1,6 @@
-"""Fair hyper-parameter tuning (SPEC §5): every trained method picks its learning rate and
-its own key hyper-parameter (μ, λ, α, …) from a small grid, by validation Overall, with
-the same round and epoch budget as the real runs.
+"""Fair hyper-parameter tuning (``compare --tune``, docs/cli.md): every trained method picks
+its learning rate and its own key hyper-parameter (μ, λ, α, …) from a small grid, by
+validation Overall, with the same round and epoch budget as the real runs.
 
 Each candidate is one ordinary run on a dedicated tuning seed (never one of the reported
 seeds), scored by the validation Overall of its last evaluation (personalised methods on

@@ -1,4 +1,4 @@
-"""The strategy protocol: transport-free federated algorithms (SPEC §2).
+"""The strategy protocol: transport-free federated algorithms (docs/architecture.md).
 
 A strategy is pure steps over its own state and messages, so the in-process simulator and a
 distributed runtime (Flower) can drive the same object:
@@ -17,7 +17,7 @@ receives the clients' results, so strategies that need more than one exchange pe
 runtime only forwards instructions to :meth:`Strategy.handle` on the named clients.
 
 Strategies see flat parameter vectors only, never a model or a dataset. Privacy is applied
-in one place, :meth:`Strategy.private_mean` (clipping + Gaussian noise, SPEC §3 step 3).
+in one place, :meth:`Strategy.private_mean` (clipping + Gaussian noise, docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ class Strategy(ABC):
 
     def private_mean(self, results: list[ClientResult], expected_clients: float
                      ) -> torch.Tensor | None:
-        """The (DP) mean of the results' updates over one group of clients (SPEC §3 step 3).
+        """The (DP) mean of the results' updates over one group of clients (docs/privacy.md).
 
         ``user`` mode: per-client clipping, one Gaussian on the sum, fixed denominator
         ``expected_clients`` = q·n (times :attr:`report_rate` when clients may fail to

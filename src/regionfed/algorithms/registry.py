@@ -1,4 +1,4 @@
-"""Every comparable method, by name (SPEC §5).
+"""Every comparable method, by name (paper §4.3; docs/baselines.md).
 
 Three kinds: ``reference`` (no training: ``majority``), ``pooled`` (centralised training on
 pooled data: ``centralized``, ``centralized-rw``) and ``federated`` (a :class:`Strategy`
@@ -117,11 +117,11 @@ METHODS: dict[str, MethodSpec] = {
                    "hierarchical averaging, fixed α and ρ (isolates the hierarchy)",
                    RegionFedAvg, options=_regionfed_options),
         *(MethodSpec(f"regionfed-{v}", "federated", VARIANT_SUMMARIES.get(
-            v, f"RegionFed, {v} adaptation (SPEC §3)"), functools.partial(RegionFed, v),
+            v, f"RegionFed, {v} adaptation (paper §3.3)"), functools.partial(RegionFed, v),
             options=_regionfed_options) for v in REGIONFED_VARIANTS),
         MethodSpec("regionfed-persist", "federated",
                    "RegionFed-grad with an adaptation that accumulates across rounds "
-                   "(extra, SPEC §3)", RegionFedPersist, options=_regionfed_options),
+                   "(extra, not in the paper)", RegionFedPersist, options=_regionfed_options),
     )
 }
 

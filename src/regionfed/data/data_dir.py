@@ -1,4 +1,4 @@
-"""``--data-dir DIR`` (SPEC §9.1): find a real dataset's files in a folder, so users point at
+"""``--data-dir DIR`` (docs/cli.md): find a real dataset's files in a folder, so users point at
 where they unpacked the data instead of naming each file. The result is ordinary ``data.*``
 config overrides; the loaders still validate the files themselves.
 

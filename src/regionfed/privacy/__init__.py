@@ -1,5 +1,5 @@
-"""Differential privacy: clipping and the regional Gaussian mechanism (SPEC §3 step 3),
-accounting with ``dp-accounting`` and the privacy ledger (SPEC §4), and k-ary randomized
+"""Differential privacy: clipping and the regional Gaussian mechanism (paper Alg. 2),
+accounting with ``dp-accounting`` and the privacy ledger (docs/privacy.md), and k-ary randomized
 response for the intent histograms of the ``dynamic`` strategy."""
 
 from regionfed.privacy.ledger import (

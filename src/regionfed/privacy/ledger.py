@@ -1,6 +1,6 @@
-"""Privacy accounting with Google's ``dp-accounting`` and the run's privacy ledger (SPEC §4).
+"""Privacy accounting with Google's ``dp-accounting`` and the run's ledger (docs/privacy.md).
 
-One round of the ``user``-mode regional mechanism (SPEC §3 step 3) is the Poisson-subsampled
+One round of the ``user``-mode regional mechanism (docs/privacy.md) is the Poisson-subsampled
 Gaussian mechanism: every user is sampled with probability q, contributes a clipped update
 (L2 ≤ C) to its region's sum, and the sum gets N(0, σ²C²·I). Each user belongs to exactly one
 region, so the M regional releases of a round touch disjoint users and compose in *parallel*:
@@ -17,7 +17,7 @@ unit is a whole region, and a region takes part in every round whatever the clie
 so the ledger accounts it with q = 1 (no amplification by sampling); see
 :class:`PrivacyLedger`.
 
-Known values (SPEC §3): σ = 4, q = 0.1, T = 50, δ = 1e-5 → ε_RDP ≈ 0.758, ε_PLD ≈ 0.684
+Known values (paper §3.2 setting): σ = 4, q = 0.1, T = 50, δ = 1e-5 → ε_RDP ≈ 0.758, ε_PLD ≈ 0.684
 (the paper's ε ≈ 0.60 is not reproduced by either accountant).
 """
 
@@ -246,7 +246,7 @@ _PROTECTS = {
 
 
 class PrivacyLedger:
-    """What a run has spent (SPEC §4): mode, C, σ, q, rounds, δ, ε (PLD and RDP), LDP uses.
+    """What a run has spent (docs/privacy.md): mode, C, σ, q, rounds, δ, ε (PLD and RDP), LDP uses.
 
     ``user`` mode accounts ``releases`` compositions of the Poisson-subsampled Gaussian at
     rate q (normally one release per round). ``region`` mode accounts the same count of
@@ -334,7 +334,8 @@ class PrivacyLedger:
         return self.epsilon(accountant, self.releases + releases) > target_epsilon
 
     def to_dict(self) -> dict[str, Any]:
-        """The SPEC §4 record (JSON-ready; ε = ∞ is written as ``None`` + a flag)."""
+        """The ``privacy.json`` record (docs/privacy.md; JSON-ready; ε = ∞ is written as ``None``
+        + a flag)."""
         private = self.is_private
         eps_pld = self.epsilon("pld") if private else None
         eps_rdp = self.epsilon("rdp") if private else None

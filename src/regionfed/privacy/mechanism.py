@@ -1,11 +1,11 @@
-"""Clipping and the regional Gaussian mechanism (SPEC §3 step 3; paper Algorithm 2).
+"""Clipping and the regional Gaussian mechanism (paper Algorithm 2; docs/privacy.md).
 
 Every function works on flat 1-D float tensors (the only form in which strategies see a
 model, see :mod:`regionfed.runtime.params`).
 
 Three modes, chosen by :class:`DPConfig.mode`:
 
-``user`` (default, SPEC §3 step 3) — user-level DP.
+``user`` (default; docs/privacy.md) — user-level DP.
     Each client update is clipped, ``Δ̄_u = Δ_u · min(1, C/‖Δ_u‖₂)``; the region releases
 
         g̃_r = (Σ_{u sampled} Δ̄_u + N(0, σ²C²·I)) / (q·n_r)
@@ -50,7 +50,7 @@ DPMode = Literal["user", "region", "off"]
 
 
 class DPConfig(BaseModel):
-    """Differential-privacy settings of a run (SPEC §3 step 3, §4).
+    """Differential-privacy settings of a run (docs/privacy.md).
 
     Attributes:
         mode: ``"user"`` (user-level DP, fixed-denominator sum; default), ``"region"`` (paper
@@ -81,7 +81,7 @@ class DPConfig(BaseModel):
 
 
 def clip_update(update: torch.Tensor, clip: float) -> torch.Tensor:
-    """L2 clipping ``Δ · min(1, C/‖Δ‖₂)`` (SPEC §3 step 3; paper Alg. 2 "Clip gradient").
+    """L2 clipping ``Δ · min(1, C/‖Δ‖₂)`` (paper Alg. 2 "Clip gradient").
 
     Returns a new tensor (never a view of ``update``). A zero vector stays zero; an update
     with ‖Δ‖₂ ≤ C is returned unchanged (as a copy).
@@ -101,7 +101,7 @@ def noise_std_of_mean(config: DPConfig, expected_clients: float) -> float:
     """Per-coordinate std of the noise on the released regional update g̃_r.
 
     ``user`` mode: σC/(q·n_r) (``expected_clients`` = q·n_r); ``region`` mode: σC;
-    ``off``: 0. (SPEC §3, "Known weak points".)
+    ``off``: 0. (docs/privacy-cohort.md: why this is large for small regions.)
     """
     if config.mode == "off":
         return 0.0
@@ -121,7 +121,7 @@ def regional_aggregate(
     dim: int | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor | None:
-    """The regional coordinator's (noisy) aggregate g̃_r of one round (SPEC §3 step 3).
+    """The regional coordinator's (noisy) aggregate g̃_r of one round (docs/privacy.md).
 
     Args:
         updates: the sampled clients' flat updates Δ_u (pseudo-gradients), all of one shape.

@@ -1,4 +1,4 @@
-"""k-ary randomized response for intent histograms (SPEC §3 step 7; paper Alg. 1, ε_LDP = 2).
+"""k-ary randomized response for intent histograms (paper Alg. 1, ε_LDP = 2).
 
 The ``dynamic`` strategy needs each region's intent distribution P_r to compute the
 heterogeneity h_r = KL(P_r ‖ P_global). Clients report it through generalized (k-ary)

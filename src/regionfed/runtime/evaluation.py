@@ -2,7 +2,7 @@
 
 Each client is scored with the model its method assigns to it (global, regional or personal)
 on its own split; a region's metrics are computed on the union of its clients' examples, and
-the overall metrics on the union of all clients' (SPEC §8). RRS, the worst region and the std
+the overall metrics on the union of all clients' (paper §4.2). RRS, the worst region and the std
 across regions come from the per-region Overall.
 """
 

@@ -1,4 +1,4 @@
-"""Pooled (non-federated) training for the ``centralized`` references (SPEC §5).
+"""Pooled (non-federated) training for the ``centralized`` references (paper §4.3).
 
 All clients' training data in one place — the privacy-violating upper bound. One "round"
 is E epochs over the pooled data, so the budget of sample-gradients equals a federated run

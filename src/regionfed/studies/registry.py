@@ -22,11 +22,11 @@ REDUCED: dict[str, Any] = {"data.num_queries": 8000, "data.num_regions": 8,
 FULL: dict[str, Any] = {"data.num_queries": 20000, "data.num_regions": 8,
                         "data.clients_per_region": 10, "training.rounds": 50,
                         "training.eval_every": 5}
-#: the large federation of the privacy study (SPEC §3): 8 regions × 1,000 clients with 20
-#: queries each (14 for training); a client's few examples make one local step per epoch, so
-#: E = 3; evaluation only at the end (8,000 clients' test sets). The on-device user-level
-#: stage (Eq. 5/7) is off: it is not what this study measures, and it would hold 8,000
-#: personal models at once (6.5 GB for the tiny model)
+#: the large federation of the privacy study (docs/privacy-cohort.md): 8 regions × 1,000
+#: clients with 20 queries each (14 for training); a client's few examples make one local
+#: step per epoch, so E = 3; evaluation only at the end (8,000 clients' test sets). The
+#: on-device user-level stage (Eq. 5/7) is off: it is not what this study measures, and it
+#: would hold 8,000 personal models at once (6.5 GB for the tiny model)
 LARGE_FEDERATION: dict[str, Any] = {
     "data.num_queries": 160_000, "data.num_regions": 8, "data.clients_per_region": 1000,
     "training.rounds": 10, "training.local_epochs": 3, "training.eval_every": 10,
@@ -136,7 +136,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           "what user-level DP costs at each σ, with ε from the ledger",
           ("fedavg", "region-fedavg", "regionfed-grad", "regionfed-meta"),
           _privacy(sample_rate=0.5)),
-    Study("privacy-large", "Privacy–utility in a large federation", "Table 19 and SPEC §3",
+    Study("privacy-large", "Privacy–utility in a large federation", "Table 19; docs/privacy.md",
           "whether DP becomes cheap when each round averages many clients (8 regions × "
           "1,000 clients, q = 0.1: ~100 clients per region per round instead of 5)",
           ("fedavg", "regionfed-grad"), _privacy(sample_rate=0.1),
@@ -150,7 +150,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           # at 4,000 queries): half the data, 10 rounds, half the clients a round, 2 seeds
           reduced={**REDUCED, "data.num_queries": 4000, "training.rounds": 10,
                    "training.sample_rate": 0.5}, seeds=2),
-    Study("concept-shift", "Concept shift", "(no paper table; SPEC)",
+    Study("concept-shift", "Concept shift", "(no paper table)",
           "where personalization helps (regions disagree on labels) and where it cannot",
           ("fedavg", "local", "ditto", "regionfed-grad", "regionfed-meta"),
           tuple(Variant(f"shift={x}", {"data.concept_shift": x}) for x in (0.0, 0.5, 1.0))),

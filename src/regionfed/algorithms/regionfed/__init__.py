@@ -1,4 +1,4 @@
-"""RegionFed (paper §3, Alg. 1–3, with SPEC §3's corrections): hierarchical DP aggregation,
+"""RegionFed (paper §3, Alg. 1–3; corrections: docs/architecture.md): hierarchical DP aggregation,
 gradient conflict, adaptive α, regional adaptation strategies and golden-section ρ."""
 
 from regionfed.algorithms.regionfed.config import RegionFedConfig

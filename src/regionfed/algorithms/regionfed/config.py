@@ -1,4 +1,4 @@
-"""RegionFed's switches (SPEC §3): everything the paper's ablation toggles."""
+"""RegionFed's switches (paper Table 14, App. H): everything the paper's ablation toggles."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class RegionFedConfig(BaseModel):
     interp_epochs: int = Field(1, ge=1)
     #: EMA of the conflict (paper D.6 safeguard; β = 0.9 there); ``None`` = raw d_r
     conflict_ema: float | None = Field(None, ge=0.0, lt=1.0)
-    #: keep θ_r across rounds and add each round's ρ·v_r to it (SPEC §3's stronger variant;
+    #: keep θ_r across rounds and add each round's ρ·v_r to it (``regionfed-persist``, an extra;
     #: the paper's θ_r is recomputed from one round's signal only)
     persist_adaptation: bool = False
     #: score every regional model on its region's validation data each round (logged as

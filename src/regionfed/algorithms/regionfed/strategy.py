@@ -1,4 +1,4 @@
-"""The RegionFed strategy (paper Alg. 1–3 with SPEC §3's corrections) and ``region-fedavg``.
+"""The RegionFed strategy (paper Alg. 1–3, with the corrections below) and ``region-fedavg``.
 
 One round, as exchanges with the clients (all transport-free, see :mod:`..base`):
 
@@ -324,9 +324,9 @@ class RegionFed(Strategy):
 
 
 class RegionFedAvg(RegionFed):
-    """``region-fedavg`` (SPEC §5): the hierarchy alone — client → region → global averaging,
-    regional model θ + α·θ_r with θ_r = −ρ(g̃_r − g̃), fixed α and fixed ρ (no conflict
-    signal, no search)."""
+    """``region-fedavg`` (paper §4.3, "Region-Aware FedAvg"): the hierarchy alone — client →
+    region → global averaging, regional model θ + α·θ_r with θ_r = −ρ(g̃_r − g̃), fixed α and
+    fixed ρ (no conflict signal, no search)."""
 
     def __init__(self, config: RegionFedConfig | None = None, *, alpha: float = 0.75,
                  rho: float = 1.0, **kwargs: Any) -> None:
@@ -340,8 +340,8 @@ class RegionFedPersist(RegionFed):
     """``regionfed-persist``: RegionFed-grad whose regional adaptation persists and
     accumulates across rounds (θ_r^{t+1} = θ_r^t + ρ_t v_r^t, ρ_t searched every round).
 
-    SPEC §3 asks to measure whether the paper's one-step adaptations beat plain regional
-    fine-tuning and to offer a stronger, clearly named variant; this is it."""
+    The paper's one-step adaptations are small; whether they beat plain regional fine-tuning
+    is measured (docs/results.md), and this is the stronger, clearly named variant."""
 
     def __init__(self, config: RegionFedConfig | None = None, **kwargs: Any) -> None:
         base = (config or RegionFedConfig()).model_copy(update={"persist_adaptation": True})

@@ -1,5 +1,5 @@
 """Scale-out on Flower (``flwr``, the ``flower`` extra): the same transport-free strategies,
-driven over Flower messages instead of in-process calls (SPEC §10)."""
+driven over Flower messages instead of in-process calls (docs/flower.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def require_flwr() -> ModuleType:
     return flwr
 
 
-#: Flower and Ray state out of $HOME, no telemetry or update checks (FLOWER_NOTES)
+#: Flower and Ray state out of $HOME, no telemetry or update checks (docs/flower.md)
 QUIET_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
              "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
 

@@ -2,7 +2,7 @@
 
 Both read three run-config values (``regionfed-config``: the run's YAML, ``method``,
 ``seed``); :func:`make_apps` bakes defaults in for the simulation runtime, which ignores an
-app's run config (FLOWER_NOTES). ``server_app`` / ``client_app`` at module level are what
+app's run config (flwr 1.42). ``server_app`` / ``client_app`` at module level are what
 ``flwr run`` loads on the Deployment Engine.
 """
 

@@ -1,6 +1,6 @@
 """The command lines that start a Flower SuperLink and a regionfed SuperNode
-(``regionfed flower superlink`` / ``regionfed flower node``), with the flags FLOWER_NOTES
-found necessary: one HTTP port per process, no runtime dependency installation, node
+(``regionfed flower superlink`` / ``regionfed flower node``), with the flags found necessary
+(docs/flower.md): one HTTP port per process, no runtime dependency installation, node
 configs as quoted TOML strings, and Flower state out of ``$HOME``; and
 :class:`LocalDeployment`, a whole Deployment Engine on this machine.
 

@@ -9,9 +9,9 @@ model as in-process (up to float summation order).
 
 Regions are discovered, not configured on the server: a one-off ``query`` message asks every
 node for its client (id, region, index, example count); the server never reads node configs
-(FLOWER_NOTES). Evaluation sends each client the parameters the strategy assigns it and pools
-the additive metric statistics (:meth:`Task.score_counts`) per region and overall — no label
-leaves a node.
+(in flwr 1.42 the ServerApp cannot see them). Evaluation sends each client the parameters
+the strategy assigns it and pools the additive metric statistics (:meth:`Task.score_counts`)
+per region and overall — no label leaves a node.
 """
 
 from __future__ import annotations
