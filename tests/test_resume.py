@@ -42,10 +42,16 @@ def uninterrupted(tmp_path_factory):
 
 
 def kill_when(out, ready, timeout=240):
-    """Start the run as a subprocess and SIGKILL it the moment ``ready(out)`` holds."""
+    """Start the run as a subprocess and SIGKILL it the moment ``ready(out)`` holds.
+
+    It computes with this process's torch thread count: the resumed run is compared with
+    the uninterrupted one exactly, and another thread count sums in another order."""
+    import torch
+
+    threads = str(torch.get_num_threads())
     process = subprocess.Popen([sys.executable, "-m", "regionfed", *ARGS, "--out", str(out)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+                               env={**os.environ, "OMP_NUM_THREADS": threads})
     try:
         deadline = time.monotonic() + timeout
         while not ready(out):
