@@ -4,6 +4,7 @@ a 2-round federated run scored from parsed generations, ``init_from`` and the pr
 import numpy as np
 import pytest
 import torch
+from learning_outcomes import T5_TINY, t5_memorizes
 
 import regionfed.models.t5_task as t5_task
 from regionfed.algorithms.fedavg import FedAvg
@@ -12,7 +13,7 @@ from regionfed.data.queries import INTENTS, NER_TAGS
 from regionfed.errors import ConfigError
 from regionfed.models.query_task import QueryPredictions
 from regionfed.models.registry import build_task
-from regionfed.models.t5 import T5ModelConfig, build_t5
+from regionfed.models.t5 import build_t5
 from regionfed.models.t5_task import (
     UNPARSEABLE_TAG,
     T5QueryTask,
@@ -25,7 +26,7 @@ from regionfed.models.t5_task import (
 from regionfed.runtime.local_training import OptimizerConfig
 from regionfed.runtime.simulator import Simulator
 
-TINY = T5ModelConfig(d_model=32, d_ff=64, num_heads=2, d_kv=16, vocab_size=2048)
+TINY = T5_TINY
 
 
 @pytest.fixture(scope="module")
@@ -89,18 +90,12 @@ def test_greedy_decoding_matches_transformers_generate_and_ensembles_vote(t5,
 
 
 def test_one_client_learns_to_generate_its_labels(t5, tiny_federation):
-    data = tiny_federation.clients[0].train.subset(range(48))
-    model = t5.build_model(0)
-    prepared = t5.prepare(data, training=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for epoch in range(40):
-        for batch in t5.batches(prepared, 16, torch.Generator().manual_seed(epoch)):
-            optimizer.zero_grad()
-            t5.loss(model, batch).backward()
-            optimizer.step()
-    scores = t5.evaluate(model, data)
-    # an untrained model parses to nothing (all three 0); 40 epochs: 0.98 / 0.38 / 0.29
-    assert scores["intent"] > 0.9 and scores["spell"] > 0.2 and scores["ner_f1"] > 0.2
+    # an untrained model parses to nothing (all three 0). 40 epochs on 48 queries, measured
+    # by tests/learning_outcomes.py over 6 seeds × {default kernels, ATEN_CPU_CAPABILITY=
+    # default, OMP_NUM_THREADS=1}: intent min 0.979 (mean 0.997), spell min 0.417 (mean
+    # 0.626), NER F1 min 0.167 (mean 0.231); thresholds sit well below each minimum
+    scores = t5_memorizes(0, t5, tiny_federation)
+    assert scores["intent"] > 0.85 and scores["spell"] > 0.25 and scores["ner_f1"] > 0.1
 
 
 def test_two_federated_rounds_are_scored_from_parsed_generations(t5, tiny_federation,
