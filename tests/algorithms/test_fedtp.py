@@ -3,18 +3,16 @@ import pytest
 import torch
 from attention_toy import ToyAttentionTask, position_federation
 from helpers import QuadraticClient, run_rounds
+from learning_outcomes import FEDTP_TOY
 
 from regionfed.algorithms.base import ClientResult, FederationView, ParameterBlock
 from regionfed.algorithms.fedavg import FedAvg
 from regionfed.algorithms.fedtp import FedTP
-from regionfed.config import TrainingConfig
 from regionfed.errors import ConfigError, MethodNotApplicableError
 from regionfed.privacy.mechanism import DPConfig
-from regionfed.runtime.local_training import OptimizerConfig
 from regionfed.runtime.simulator import Simulator
 
-TOY = TrainingConfig(rounds=10, local_epochs=1, batch_size=16, eval_every=10,
-                     client_batching="off", optimizer=OptimizerConfig(lr=0.01))
+TOY = FEDTP_TOY  # the budget tests/learning_outcomes.py measures
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +64,14 @@ def test_deltas_differ_between_clients_and_live_on_attention_matrices(toy_runs):
 
 def test_personalised_accuracy_beats_fedavg_through_the_deltas(toy_runs):
     _, fedavg, sim, fedtp, strategy = toy_runs
-    # clients label by different positions: one shared model can only guess between them
-    # (measured, seed 0: fedavg 0.43, fedtp personalised 1.00, fedtp's shared θ alone 0.41)
+    # clients label by different positions: one shared model can only guess between them.
+    # Measured by tests/learning_outcomes.py over 5 seeds × {default kernels,
+    # ATEN_CPU_CAPABILITY=default, OMP_NUM_THREADS=1}: fedavg 0.41-0.47, fedtp personalised
+    # min 0.818 (mean 0.954), lead min 0.406, smallest per-client lead min 0.042 (seed 0:
+    # 1.00 and 0.54 in every setting); fedtp's shared θ alone scores 0.41
     assert fedtp.test["overall"] > fedavg.test["overall"] + 0.3
-    assert fedtp.test["overall"] > 0.8
-    assert all(fedtp.test["per_client"][c] > fedavg.test["per_client"][c]
+    assert fedtp.test["overall"] > 0.7
+    assert all(fedtp.test["per_client"][c] >= fedavg.test["per_client"][c]
                for c in fedavg.test["per_client"])
     # the gain comes from the per-client deltas: the shared base alone scores like fedavg
     shared = sim.evaluate_with(lambda c: strategy.params, "test")["overall"]

@@ -3,16 +3,11 @@ import numpy as np
 import pytest
 import torch
 from helpers import shared_data
+from learning_outcomes import femnist_fedavg
 
-from regionfed.algorithms.fedavg import FedAvg
-from regionfed.config import TrainingConfig
-from regionfed.data.femnist import load_femnist
 from regionfed.data.images import ImageDataset
 from regionfed.models.image_task import ImageClassificationTask
 from regionfed.models.tasks import IGNORE
-from regionfed.runtime.evaluation import FederationEvaluator
-from regionfed.runtime.local_training import OptimizerConfig
-from regionfed.runtime.simulator import Simulator
 
 SHARED = shared_data("femnist")
 
@@ -56,16 +51,12 @@ def test_scores_and_references():
 
 @pytest.mark.skipif(not SHARED.exists(), reason=f"{SHARED} not present")
 def test_fedavg_on_real_femnist_learns_far_above_chance():
-    """20 real writers, 4 rounds × 2 epochs: chance is 1/62 = 1.6 %."""
-    fed = load_femnist(path=str(SHARED / "femnist_leaf_sf05_subset.npz"), num_regions=4,
-                       max_writers=20)
-    task = ImageClassificationTask(62)
-    training = TrainingConfig(rounds=4, local_epochs=2, batch_size=20, eval_every=4,
-                              optimizer=OptimizerConfig(name="adamw", lr=3e-3))
-    run = Simulator(fed, task, training, seed=0).run(FedAvg())
-    evaluator = FederationEvaluator(task, fed)
-    train = evaluator.pooled_split("train")
-    majority = evaluator.evaluate("test", lambda c: task.reference_predictions(train, c.test))
-    assert run.history[0]["client_batching"] == "batched"
-    assert run.test["overall"] > 0.3  # measured 0.457
-    assert run.test["overall"] > 3 * majority["overall"]
+    """20 real writers, 4 rounds × 2 epochs: chance is 1/62 = 1.6 %, the majority class 4.6 %.
+
+    Measured by tests/learning_outcomes.py over 5 seeds × {default kernels,
+    ATEN_CPU_CAPABILITY=default, OMP_NUM_THREADS=1}: Overall min 0.170, mean 0.353 (one
+    seed in five stalls early), min 3.7× the majority class; thresholds below both."""
+    scores = femnist_fedavg(0)
+    assert scores["batched"] == 1.0  # the CNN's clients train as one batched computation
+    assert scores["overall"] > 0.1
+    assert scores["times_majority"] > 2.5

@@ -6,6 +6,7 @@ import builtins
 
 import pytest
 import torch
+from learning_outcomes import minilm_fine_tunes
 from safetensors.torch import load_file
 
 from regionfed.errors import ConfigError
@@ -72,17 +73,11 @@ def test_batches_pack_word_pieces_and_point_at_each_words_first_piece(minilm,
 
 
 def test_fine_tuning_fits_a_client_and_heads_are_declared(minilm, tiny_federation):
-    data = tiny_federation.clients[0].train.subset(range(48))
+    # 6 epochs on 48 queries; measured by tests/learning_outcomes.py over 5 seeds × {default
+    # kernels, ATEN_CPU_CAPABILITY=default, OMP_NUM_THREADS=1}: Overall gain min 0.615,
+    # mean 0.673
+    assert minilm_fine_tunes(0, minilm, tiny_federation)["gain"] > 0.3
     model = minilm.build_model(0)
-    before = minilm.evaluate(model, data)["overall"]
-    prepared = minilm.prepare(data, training=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
-    for epoch in range(6):
-        for batch in minilm.batches(prepared, 16, torch.Generator().manual_seed(epoch)):
-            optimizer.zero_grad()
-            minilm.loss(model, batch).backward()
-            optimizer.step()
-    assert minilm.evaluate(model, data)["overall"] > before + 0.2
     groups = minilm.parameter_groups(model)
     assert set(groups["head"]) == {"intent_head.weight", "intent_head.bias", "ner_head.weight",
                                    "ner_head.bias", "spell_query.weight", "spell_query.bias",

@@ -4,48 +4,30 @@ same batched and sequentially."""
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
 import torch
 from helpers import assert_trained_alike
+from learning_outcomes import TEXT_TINY as SMALL
+from learning_outcomes import keyword_federation as build_keyword_federation
+from learning_outcomes import text_classifier_fedavg
 
-from regionfed.config import TrainingConfig, build_config
 from regionfed.data.federation import concat_splits
-from regionfed.data.reviews import load_reviews
 from regionfed.data.text import TextDataset
-from regionfed.experiment import build_strategy
 from regionfed.models.registry import build_task
 from regionfed.models.tasks import IGNORE
 from regionfed.models.text_classification_task import TextClassificationTask
-from regionfed.models.tiny import TinyConfig
 from regionfed.runtime.batched_training import stack_batches, train_local_batched
 from regionfed.runtime.local_training import OptimizerConfig, train_local
 from regionfed.runtime.params import get_flat, parameter_slices
-from regionfed.runtime.simulator import Simulator
-
-KEYWORDS = {"terrible": 0, "poor": 1, "mediocre": 2, "decent": 3, "excellent": 4}
-FILLER = ("the this it was is product item very really quite a an and for my with delivery "
-          "box color size price arrived works looks").split()
-SMALL = TinyConfig(dim=32, heads=2, ffn_dim=64, layers=1, ngram_buckets=512)
 
 
 @pytest.fixture(scope="module")
 def keyword_federation(tmp_path_factory):
     """Reviews-like JSON lines whose rating is fixed by one keyword among filler words;
     3 categories × 60 reviews, 2 clients per category."""
-    rng = np.random.default_rng(0)
-    path = tmp_path_factory.mktemp("kw") / "reviews.jsonl"
-    with path.open("w") as handle:
-        for category in ("Books", "Home", "Toys"):
-            for _ in range(60):
-                key = str(rng.choice(list(KEYWORDS)))
-                words = [str(w) for w in rng.choice(FILLER, size=int(rng.integers(3, 8)))]
-                words.insert(int(rng.integers(len(words) + 1)), key)
-                handle.write(json.dumps({"text": " ".join(words), "rating": KEYWORDS[key] + 1,
-                                         "category": category}) + "\n")
-    return load_reviews(path=str(path), clients_per_region=2, alpha_d=1.0)
+    return build_keyword_federation(tmp_path_factory.mktemp("kw"))
 
 
 @pytest.fixture(scope="module")
@@ -66,17 +48,12 @@ def test_registry_routes_text_data_to_the_text_classifier(task, keyword_federati
 
 
 def test_fedavg_beats_the_majority_baseline(task, keyword_federation):
-    fed = keyword_federation
-    train = concat_splits([c.train for c in fed.clients])
-    test = concat_splits([c.test for c in fed.clients])
-    majority = task.score(task.reference_predictions(train, test), test)["overall"]
-    assert majority < 0.4
-    training = TrainingConfig(rounds=4, local_epochs=2, batch_size=16, eval_every=4,
-                              optimizer=OptimizerConfig(lr=1e-2))
-    strategy = build_strategy("fedavg", build_config({"methods": ["fedavg"]}))
-    run = Simulator(fed, task, training, seed=0).run(strategy)
-    assert run.test["overall"] == run.test["accuracy"]
-    assert run.test["overall"] >= majority + 0.4
+    # measured by tests/learning_outcomes.py over 5 seeds × {default kernels,
+    # ATEN_CPU_CAPABILITY=default, OMP_NUM_THREADS=1}: majority 0.222, fedavg min 0.972,
+    # gain over majority min 0.750
+    scores = text_classifier_fedavg(0, task, keyword_federation)
+    assert scores["majority"] < 0.4
+    assert scores["gain_over_majority"] >= 0.4
 
 
 def test_predictions_and_the_ensemble_vote(task, keyword_federation):
