@@ -11,6 +11,9 @@ import torch
 from torch import nn
 
 from regionfed.algorithms.base import FederationView
+from regionfed.data.queries import QueryDataset
+from regionfed.models.query_task import QueryTask
+from regionfed.models.tiny import TinyConfig
 
 
 class _Vector(nn.Module):
@@ -163,3 +166,33 @@ def assert_trained_alike(got: torch.Tensor, want: torch.Tensor, *, optimizer: An
         assert float((got - want).abs().max()) <= bound
         got[off] = want[off] = 0.0
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+#: a 4-pattern query toy (tests/models/test_query_task.py, tests/learning_outcomes.py)
+VOCAB = ["find", "red", "shoes", "price", "of", "laptop", "nike", "apple", "phone", "deals"]
+PATTERNS = [
+    (["find", "red", "shoes"], ["O", "B-MODIFIER", "B-PRODUCT"], 0),
+    (["price", "of", "laptop"], ["O", "O", "B-PRODUCT"], 1),
+    (["nike", "shoes"], ["B-BRAND", "B-PRODUCT"], 2),
+    (["apple", "phone", "deals"], ["B-BRAND", "B-PRODUCT", "O"], 5),
+]
+
+
+def toy_dataset(n: int, seed: int = 0, typo_rate: float = 0.3) -> QueryDataset:
+    rng = np.random.default_rng(seed)
+    tokens, targets, ner, intent = [], [], [], []
+    for i in range(n):
+        words, tags, label = PATTERNS[i % len(PATTERNS)]
+        noisy = list(words)
+        if rng.random() < typo_rate:  # drop the first letter of one word
+            j = int(rng.integers(len(words)))
+            noisy[j] = noisy[j][1:]
+        tokens.append(noisy)
+        targets.append(list(words))
+        ner.append(list(tags))
+        intent.append(label)
+    return QueryDataset(tokens, targets, ner, np.array(intent))
+
+
+def small_task() -> QueryTask:
+    return QueryTask(VOCAB, TinyConfig(dim=32, heads=2, ffn_dim=64, ngram_buckets=256))

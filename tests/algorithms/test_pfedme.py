@@ -2,12 +2,11 @@ import numpy as np
 import pytest
 import torch
 from helpers import QuadraticClient, run_rounds
+from learning_outcomes import pfedme_personal_fit, pfedme_run
 
 from regionfed.algorithms.base import FederationView, TrainInstruction
 from regionfed.algorithms.pfedme import PFedMe
-from regionfed.config import TrainingConfig
 from regionfed.errors import ConfigError
-from regionfed.runtime.simulator import Simulator
 
 #: (target, training examples)
 SPEC = {"a/0": ([4.0, 0.0], 10), "a/1": ([0.0, 4.0], 40),
@@ -133,21 +132,17 @@ def test_paper_settings_are_accepted():
 
 
 def test_simulated_run_personal_models(tiny_federation, tiny_task):
-    training = TrainingConfig(rounds=2, local_epochs=1, batch_size=32, eval_every=2)
-    sim = Simulator(tiny_federation, tiny_task, training, seed=0)
-    strategy = PFedMe()
-    run = sim.run(strategy)
+    sim, strategy, run = pfedme_run(0, tiny_federation, tiny_task)
     assert torch.isfinite(run.final_params).all()
     assert run.history[0]["client_batching"] == "sequential (pfedme has its own client step)"
     assert run.history[0]["clients"] == len(sim.clients)
     assert "val" in run.history[-1]
-    personal_loss, global_loss = [], []
     for cid, client in sim.clients.items():
         personal = strategy.eval_params(cid, client.region, client)
         assert personal is client.state["personal"]
         assert torch.isfinite(personal).all()
         assert not torch.equal(personal, run.final_params)
-        personal_loss.append(client.validation_loss(personal)[0])
-        global_loss.append(client.validation_loss(run.final_params)[0])
-    # the personal models fit their own clients' validation data better (≈ 3.73 vs 4.16)
-    assert sum(personal_loss) < 0.95 * sum(global_loss)
+    # the personal models fit their own clients' validation data better. Their loss over
+    # the global model's, measured by tests/learning_outcomes.py over 5 seeds × {default
+    # kernels, ATEN_CPU_CAPABILITY=default, OMP_NUM_THREADS=1}: 0.890 to 0.924 (mean 0.907)
+    assert pfedme_personal_fit(sim, strategy, run) < 0.97

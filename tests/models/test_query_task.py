@@ -1,54 +1,22 @@
 import numpy as np
 import pytest
 import torch
+from helpers import small_task, toy_dataset
+from learning_outcomes import query_toy_fits
 
 from regionfed.data.queries import QueryDataset
-from regionfed.models.query_task import IGNORE, QueryTask
-from regionfed.models.tiny import TinyConfig
-from regionfed.runtime.local_training import OptimizerConfig, train_local
-from regionfed.runtime.params import get_flat, set_flat
-
-VOCAB = ["find", "red", "shoes", "price", "of", "laptop", "nike", "apple", "phone", "deals"]
-PATTERNS = [
-    (["find", "red", "shoes"], ["O", "B-MODIFIER", "B-PRODUCT"], 0),
-    (["price", "of", "laptop"], ["O", "O", "B-PRODUCT"], 1),
-    (["nike", "shoes"], ["B-BRAND", "B-PRODUCT"], 2),
-    (["apple", "phone", "deals"], ["B-BRAND", "B-PRODUCT", "O"], 5),
-]
-
-
-def toy_dataset(n: int, seed: int = 0, typo_rate: float = 0.3) -> QueryDataset:
-    rng = np.random.default_rng(seed)
-    tokens, targets, ner, intent = [], [], [], []
-    for i in range(n):
-        words, tags, label = PATTERNS[i % len(PATTERNS)]
-        noisy = list(words)
-        if rng.random() < typo_rate:  # drop the first letter of one word
-            j = int(rng.integers(len(words)))
-            noisy[j] = noisy[j][1:]
-        tokens.append(noisy)
-        targets.append(list(words))
-        ner.append(list(tags))
-        intent.append(label)
-    return QueryDataset(tokens, targets, ner, np.array(intent))
-
-
-def small_task() -> QueryTask:
-    return QueryTask(VOCAB, TinyConfig(dim=32, heads=2, ffn_dim=64, ngram_buckets=256))
+from regionfed.models.query_task import IGNORE
 
 
 def test_training_learns_all_three_tasks():
-    task, data = small_task(), toy_dataset(200)
-    model = task.build_model(0)
-    before = task.evaluate(model, data)
-    params, loss = train_local(task, model, get_flat(model), task.prepare(data, True),
-                               epochs=8, batch_size=16, optimizer=OptimizerConfig(lr=3e-3),
-                               generator=torch.Generator().manual_seed(0))
-    after = task.evaluate(set_flat(model, params), data)
-    assert before["intent"] < 0.6 and before["ner_f1"] < 0.6
-    assert after["intent"] == 1.0 and after["ner_f1"] == 1.0 and after["spell"] == 1.0
-    assert after["overall"] == pytest.approx((after["intent"] + after["spell"]
-                                              + after["ner_f1"]) / 3)
+    # measured by tests/learning_outcomes.py over 5 seeds × {default kernels,
+    # ATEN_CPU_CAPABILITY=default, OMP_NUM_THREADS=1}: untrained intent ≤ 0.225 and NER F1
+    # ≤ 0.111; trained, all three 1.000 in every run
+    scores = query_toy_fits(0)
+    assert scores["before_intent"] < 0.6 and scores["before_ner_f1"] < 0.6
+    assert scores["intent"] >= 0.95 and scores["ner_f1"] >= 0.95 and scores["spell"] >= 0.95
+    assert scores["overall"] == pytest.approx((scores["intent"] + scores["spell"]
+                                               + scores["ner_f1"]) / 3)
 
 
 def test_gold_word_missing_from_candidates():
