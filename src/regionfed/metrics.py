@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from seqeval.metrics import f1_score as seqeval_f1
-from seqeval.metrics.sequence_labeling import get_entities
+
+# seqeval is imported where spans are scored: it pulls in scikit-learn and scipy (~0.8 s),
+# which a Flower client process that only trains never needs
 
 OUTSIDE = "O"
 
@@ -38,6 +39,8 @@ def token_micro_f1(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[s
 
 def entity_f1(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]) -> float:
     """Entity-level (span) micro-F1 with the CoNLL convention, computed by ``seqeval``."""
+    from seqeval.metrics import f1_score as seqeval_f1
+
     if not gold:
         return 0.0
     return float(seqeval_f1([list(g) for g in gold], [list(p) for p in predicted],
@@ -70,6 +73,8 @@ def entity_counts(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[st
                   ) -> tuple[int, int, int]:
     """(true positive, predicted, gold) entity spans under the CoNLL convention (seqeval's
     span extraction per sequence): the additive statistics of :func:`entity_f1`."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
     tp = n_pred = n_gold = 0
     for p_seq, g_seq in zip(predicted, gold, strict=True):
         p_spans, g_spans = set(get_entities(list(p_seq))), set(get_entities(list(g_seq)))

@@ -28,14 +28,16 @@ import functools
 import logging
 import math
 from collections.abc import Iterator
-from typing import Any, Literal
-
-import dp_accounting
-from dp_accounting.pld import PLDAccountant
-from dp_accounting.rdp import RdpAccountant
+from typing import TYPE_CHECKING, Any, Literal
 
 from regionfed.errors import ConfigError
 from regionfed.privacy.mechanism import DPConfig
+
+if TYPE_CHECKING:
+    import dp_accounting
+
+# dp_accounting (and the scipy.signal it pulls in, ~1 s) is imported where ε is computed:
+# a client process of the Flower runtimes imports this module but never accounts
 
 __all__ = [
     "PLD_VALUE_DISCRETIZATION",
@@ -84,6 +86,8 @@ def dp_event(sigma: float, sample_rate: float, rounds: int) -> dp_accounting.DpE
     ``SelfComposed(PoissonSampled(q, Gaussian(σ)), T)``; for q = 1 the plain
     ``SelfComposed(Gaussian(σ), T)``.
     """
+    import dp_accounting
+
     gaussian = dp_accounting.GaussianDpEvent(sigma)
     event = (gaussian if sample_rate >= 1.0
              else dp_accounting.PoissonSampledDpEvent(sample_rate, gaussian))
@@ -97,6 +101,9 @@ def _epsilon_cached(sigma: float, sample_rate: float, rounds: int, delta: float,
         return 0.0
     if sigma == 0.0:
         return math.inf
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
     acc: dp_accounting.PrivacyAccountant
     if accountant == "pld":
         acc = PLDAccountant(value_discretization_interval=PLD_VALUE_DISCRETIZATION)
