@@ -1,5 +1,7 @@
 # `make run` and `make test` each create/refresh .venv themselves (fresh machine: Python 3.11 + pip).
 PYTHON ?= python3
+# pytest-xdist workers for `make test`; each gets cores / workers torch threads (conftest.py)
+TEST_WORKERS ?= 3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -19,7 +21,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks experiments
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks experiments

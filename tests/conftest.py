@@ -1,5 +1,17 @@
+import os
+
 import pytest
 from helpers import two_region_quadratics
+
+
+def pytest_configure(config):
+    """Under pytest-xdist, each worker gets its share of the cores as torch threads (two
+    workers × two threads on two cores would only fight over them)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("flwr")
+# one worker runs every test that starts Flower processes (ports, and they mostly wait)
+pytestmark = pytest.mark.xdist_group("flower-deployment")
 
 from safetensors.torch import load_file  # noqa: E402
 
@@ -25,18 +27,38 @@ SMALL = ["--regions", "2", "--num-queries", "480", "--rounds", "1",
          "--quiet"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def superlink():
-    """A SuperLink and 4 SuperNodes; yields the SuperLink's address."""
+    """A SuperLink and 4 SuperNodes; yields the SuperLink's address. Session-scoped: one
+    deployment serves every test here, however pytest-xdist interleaves them.
+
+    It is started with the venv not activated (as under ``make test``): Flower still finds
+    its helper scripts. Stopping it terminates each process group, and nothing survives
+    (checked by PID when the session ends)."""
     from regionfed.runtime.flower.processes import LocalDeployment
 
     folder = Path(tempfile.mkdtemp(prefix="rf-deploy-test-", dir="/tmp"))
     nodes = [(region, index) for region in REGIONS for index in (0, 1)]
+    deployment = LocalDeployment(nodes, folder)
+    path = os.environ["PATH"]
+    os.environ["PATH"] = "/usr/bin:/bin"
     try:
-        with LocalDeployment(nodes, folder) as deployment:
-            yield deployment.address
-    finally:
+        deployment.__enter__()
+    except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        os.environ["PATH"] = path
+    pids = [p.pid for p in deployment.processes]
+    assert len(pids) == 1 + len(nodes)
+    try:
+        yield deployment.address
+    finally:
+        deployment.__exit__(None, None, None)
+        shutil.rmtree(folder, ignore_errors=True)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)
 
 
 def test_regionfed_grad_runs_on_the_deployment_engine(superlink, tmp_path):
@@ -103,21 +125,6 @@ def test_an_unreachable_superlink_is_a_clear_error(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"127.0.0.1:{port}" in err[0]
-
-
-def test_every_flower_process_is_gone_after_the_deployment_stops(tmp_path, monkeypatch):
-    """Stopping terminates each process group; nothing survives (checked by PID). The venv
-    is not activated (as under ``make test``): Flower still finds its helper scripts."""
-    from regionfed.runtime.flower.processes import LocalDeployment
-
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    deployment = LocalDeployment([("region_00", 0)], tmp_path / "flower")
-    with deployment:
-        pids = [p.pid for p in deployment.processes]
-        assert len(pids) == 2
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.killpg(pid, 0)
 
 
 def test_a_busy_port_is_refused_before_anything_starts():
