@@ -94,7 +94,7 @@ def minilm_fine_tunes(seed: int, task: Any = None, federation: Any = None
 
 
 def femnist_fedavg(seed: int) -> dict[str, float]:
-    """fedavg on 20 real FEMNIST writers, 4 rounds × 2 epochs; Overall and its ratio to the
+    """fedavg on 10 real FEMNIST writers, 4 rounds × 2 epochs; Overall and its ratio to the
     majority class."""
     from regionfed.algorithms.fedavg import FedAvg
     from regionfed.data.femnist import load_femnist
@@ -102,7 +102,7 @@ def femnist_fedavg(seed: int) -> dict[str, float]:
     from regionfed.runtime.evaluation import FederationEvaluator
 
     fed = load_femnist(path=str(shared_data("femnist", "femnist_leaf_sf05_subset.npz")),
-                       num_regions=4, max_writers=20)
+                       num_regions=4, max_writers=10)
     task = ImageClassificationTask(62)
     training = TrainingConfig(rounds=4, local_epochs=2, batch_size=20, eval_every=4,
                               optimizer=OptimizerConfig(name="adamw", lr=3e-3))

@@ -51,12 +51,12 @@ def test_scores_and_references():
 
 @pytest.mark.skipif(not SHARED.exists(), reason=f"{SHARED} not present")
 def test_fedavg_on_real_femnist_learns_far_above_chance():
-    """20 real writers, 4 rounds × 2 epochs: chance is 1/62 = 1.6 %, the majority class 4.6 %.
+    """10 real writers, 4 rounds × 2 epochs: chance is 1/62 = 1.6 %, the majority class 5.9 %.
 
     Measured by tests/learning_outcomes.py over 5 seeds × {default kernels,
-    ATEN_CPU_CAPABILITY=default, OMP_NUM_THREADS=1}: Overall min 0.170, mean 0.353 (one
-    seed in five stalls early), min 3.7× the majority class; thresholds below both."""
+    ATEN_CPU_CAPABILITY=default, OMP_NUM_THREADS=1}: Overall min 0.223, mean 0.403, at
+    least 3.8× the majority class; thresholds well below both."""
     scores = femnist_fedavg(0)
     assert scores["batched"] == 1.0  # the CNN's clients train as one batched computation
-    assert scores["overall"] > 0.1
+    assert scores["overall"] > 0.12
     assert scores["times_majority"] > 2.5

@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("flwr")
-# one worker runs every test that starts Flower processes (ports, and they mostly wait)
-pytestmark = pytest.mark.xdist_group("flower-deployment")
 
 from safetensors.torch import load_file  # noqa: E402
 
@@ -30,7 +28,7 @@ SMALL = ["--regions", "2", "--num-queries", "480", "--rounds", "1",
 @pytest.fixture(scope="session")
 def superlink():
     """A SuperLink and 4 SuperNodes; yields the SuperLink's address. Session-scoped: one
-    deployment serves every test here, however pytest-xdist interleaves them.
+    deployment serves every test here (``make test`` sends a whole file to one worker).
 
     It is started with the venv not activated (as under ``make test``): Flower still finds
     its helper scripts. Stopping it terminates each process group, and nothing survives

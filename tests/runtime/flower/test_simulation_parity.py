@@ -9,8 +9,6 @@ import torch
 
 pytest.importorskip("flwr")
 pytest.importorskip("ray")
-# one worker runs the Ray simulations one after the other (each starts its own Ray)
-pytestmark = pytest.mark.xdist_group("flower-sim")
 
 from regionfed.config import build_config  # noqa: E402
 from regionfed.data.registry import build_federation  # noqa: E402
