@@ -1,7 +1,8 @@
 # `make run` and `make test` each create/refresh .venv themselves (fresh machine: Python 3.11 + pip).
 PYTHON ?= python3
 # pytest-xdist workers for `make test`, each given whole test files (a file's shared Flower
-# deployment or Ray simulations stay in one worker) and cores / workers torch threads
+# deployment or Ray simulations stay in one worker), the longest first (tests/conftest.py),
+# and cores / workers torch threads
 TEST_WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -22,7 +23,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks experiments
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks experiments

@@ -39,12 +39,13 @@ def flower_env(monkeypatch):
     shutil.rmtree(home, ignore_errors=True)
 
 
-@pytest.mark.parametrize("method", ["fedavg", "regionfed-grad"])
-def test_flower_simulation_matches_the_in_process_simulator(method):
+def test_flower_simulation_matches_the_in_process_simulator():
+    """fedavg through ``make_apps`` + ``run_simulation`` (RegionFed: through the CLI below)."""
     from flwr.simulation import run_simulation
 
     from regionfed.runtime.flower.app import make_apps
 
+    method = "fedavg"
     config = build_config({**CONFIG, "methods": [method]})
     captured = {}
 
@@ -62,29 +63,48 @@ def test_flower_simulation_matches_the_in_process_simulator(method):
     assert torch.allclose(flower.final_params, local.final_params, atol=1e-5)
     assert flower.test["overall"] == pytest.approx(local.test["overall"], abs=1e-3)
     assert set(flower.test["per_region"]) == set(federation.regions)
-    if method == "regionfed-grad":
-        for region in federation.regions:
-            assert captured["strategy"].alpha[region] == pytest.approx(strategy.alpha[region],
-                                                                       abs=1e-6)
 
 
-def test_cli_runs_a_method_on_the_flower_simulation_runtime(tmp_path, capsys):
+def test_the_cli_runs_regionfed_on_flower_sim_like_in_process(tmp_path, capsys):
+    """``regionfed run --runtime flower-sim`` end to end, and the same run in process: the
+    same global model, regional α and scores (one Ray simulation serves both checks)."""
     import json
+
+    from safetensors.torch import load_file
 
     from regionfed.cli import main
 
-    out = tmp_path / "run"
-    code = main(["run", "--runtime", "flower-sim", "--methods", "majority,regionfed-grad",
-                 "--num-queries", "480", "--regions", "2", "--clients-per-region", "2",
-                 "--rounds", "1", "--set", "data.vocab_size=1000", "--set", "model.dim=32",
-                 "--set", "model.heads=2", "--set", "model.ngram_buckets=512", "--quiet",
-                 "--out", str(out)])
-    assert code == 0 and "| regionfed-grad" in capsys.readouterr().out
-    results = json.loads((out / "results.json").read_text())
+    training = CONFIG["training"]
+    small = ["--num-queries", "480", "--regions", "2", "--clients-per-region", "2",
+             "--rounds", str(training["rounds"]), "--eval-every", "1",
+             "--set", "data.vocab_size=1000", "--set", "model.dim=32", "--set",
+             "model.heads=2", "--set", "model.ngram_buckets=512", "--set",
+             "training.client_batching=off", "--set", "training.optimizer.name=sgd",
+             "--set", f"training.optimizer.lr={training['optimizer']['lr']}", "--quiet"]
+    outs = {}
+    for runtime in ("flower-sim", "inprocess"):
+        outs[runtime] = tmp_path / runtime
+        code = main(["run", "--runtime", runtime, "--methods", "majority,regionfed-grad",
+                     *small, "--out", str(outs[runtime])])
+        assert code == 0 and "| regionfed-grad" in capsys.readouterr().out
+
+    def outputs(out):
+        results = json.loads((out / "results.json").read_text())
+        rounds = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        model = load_file(str(out / "checkpoints" / "regionfed-grad-seed0.safetensors"))
+        return results, [r for r in rounds if r["method"] == "regionfed-grad"], model
+
+    (results, rounds, model), (local, local_rounds, local_model) = map(outputs, outs.values())
     assert results["config"]["runtime"] == "flower-sim"
-    assert 0.0 <= results["methods"]["regionfed-grad"]["overall"] <= 1.0
-    rounds = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert any(r.get("client_batching") == "flower" for r in rounds)
+    assert all(r["client_batching"] == "flower" for r in rounds)
+    assert set(model) == set(local_model)
+    for name, tensor in model.items():
+        assert torch.allclose(tensor, local_model[name], atol=1e-5), name
+    assert results["methods"]["regionfed-grad"]["overall"] == pytest.approx(
+        local["methods"]["regionfed-grad"]["overall"], abs=1e-3)
+    assert len(rounds) == len(local_rounds) == training["rounds"]
+    for mine, theirs in zip(rounds, local_rounds, strict=True):
+        assert mine["alpha"] == pytest.approx(theirs["alpha"], abs=1e-6)
 
 
 def test_missing_flower_is_a_clear_error(monkeypatch):
