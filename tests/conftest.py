@@ -6,16 +6,17 @@ from helpers import two_region_quadratics
 
 def pytest_configure(config):
     """Under pytest-xdist, each worker gets its share of the cores as torch threads (two
-    workers × two threads on two cores would only fight over them)."""
+    workers × two threads on two cores would only fight over them), unless
+    ``OMP_NUM_THREADS`` says how many."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    if workers > 1:
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         import torch
 
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
 
 
 #: the files that take longest (``pytest --durations``: a Flower deployment ~150 s, the Ray
-#: simulations ~90 s, then 20-40 s each); run first, so that under ``make test`` (whole files
+#: simulations ~35 s, the others 15-40 s each); run first, so that under ``make test`` (whole files
 #: per worker, ``--no-loadscope-reorder``) no long file starts last on an otherwise idle run
 LONGEST_FIRST = ("runtime/flower/test_deployment.py", "runtime/flower/test_simulation_parity.py",
                  "test_architecture.py", "models/test_image_task.py", "studies/test_sweep.py",
