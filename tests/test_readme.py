@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from helpers import shared_data
 
 from regionfed.cli import build_parser, config_from_args
 
@@ -38,6 +39,9 @@ def test_every_documented_command_line_is_a_valid_configuration(page, command, t
     argv = shlex.split(command)[1:]
     if "--resume" in argv or "--help" in argv:
         return  # reads a run folder / prints the help
+    prefix = "../shared/data/"  # the prepared data, wherever this checkout finds it
+    argv = [str(shared_data(*a[len(prefix):].split("/"))) if a.startswith(prefix) else a
+            for a in argv]
     if "--data-dir" in argv and not (ROOT / argv[argv.index("--data-dir") + 1]).exists():
         pytest.skip("the documented data folder is not beside this checkout")
     monkeypatch.chdir(ROOT)
