@@ -95,12 +95,21 @@ def test_argparse_errors_follow_the_contract(capsys):
     assert len(err) == 1 and err[0].startswith("error:")
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["compare"], ["privacy"], ["report"]])
-def test_help_for_every_subcommand(command):
-    proc = subprocess.run([sys.executable, "-m", "regionfed", *command, "--help"],
+def test_help_from_the_module_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "regionfed", "--help"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
     assert "usage: regionfed" in proc.stdout and "example" in proc.stdout
+
+
+@pytest.mark.parametrize("command", [["run"], ["compare"], ["privacy"], ["report"],
+                                     ["sweep"], ["predict"]])
+def test_help_for_every_subcommand(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: regionfed" in out and "example" in out
 
 
 def test_privacy_json_contract(capsys):
