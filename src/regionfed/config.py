@@ -174,9 +174,8 @@ class RunConfig(BaseModel):
         if name not in MODEL_CONFIGS:
             raise ValueError(f"model.name: unknown model {name!r}; known: "
                              f"{', '.join(MODEL_CONFIGS)}")
-        sections = (("data", DATA_CONFIGS.get(values.get("dataset", "esci-synth"))),
-                    ("model", MODEL_CONFIGS[name]))
-        for key, schema in sections:
+        for key in ("data", "model"):
+            schema = section_schema(values, key)
             raw = values.get(key)
             if schema is None or not isinstance(raw, dict | type(None)):
                 continue  # unknown dataset/model names are reported by their own fields
@@ -199,6 +198,15 @@ class RunConfig(BaseModel):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def section_schema(values: dict[str, Any], key: str) -> type[BaseModel] | None:
+    """The schema a run configuration's ``data`` / ``model`` section is read with: the one
+    of its ``dataset``, the one its ``model.name`` picks (``None`` for an unknown name)."""
+    if key == "data":
+        return DATA_CONFIGS.get(values.get("dataset", "esci-synth"))
+    model = values.get("model")
+    return MODEL_CONFIGS.get(model.get("name", "tiny") if isinstance(model, dict) else "tiny")
 
 
 DATA_CONFIGS: dict[str, type[BaseModel]] = {"esci-synth": EsciSynthConfig,
@@ -295,17 +303,12 @@ def _field_annotation(data: dict[str, Any], dotted: str) -> Any:
     """The type annotation of the configuration field at ``dotted`` (``None`` if unknown);
     ``data`` and ``model`` are looked up in the section the dataset / model name picks."""
     schema: Any = RunConfig
-    node: Any = data
     *parents, leaf = dotted.split(".")
     for key in parents:
-        node = node.get(key, {}) if isinstance(node, dict) else {}
-        if schema is RunConfig and key == "data":
-            schema = DATA_CONFIGS.get(data.get("dataset", "esci-synth"))
-        elif schema is RunConfig and key == "model":
-            name = node.get("name", "tiny") if isinstance(node, dict) else "tiny"
-            schema = MODEL_CONFIGS.get(name)
+        if schema is RunConfig and key in ("data", "model"):
+            schema = section_schema(data, key)
         else:
-            field = schema.model_fields.get(key) if schema is not None else None
+            field = schema.model_fields.get(key)
             annotation = field.annotation if field is not None else None
             schema = annotation if isinstance(annotation, type) and \
                 issubclass(annotation, BaseModel) else None
