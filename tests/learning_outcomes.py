@@ -87,7 +87,6 @@ def minilm_fine_tunes(seed: int, task: Any = None, federation: Any = None
     federation = federation or tiny_federation()
     task = task or build_task(MiniLMConfig(), federation)
     data = federation.clients[0].train.subset(range(48))
-    torch.manual_seed(seed)
     before = task.evaluate(task.build_model(seed), data)["overall"]
     model = _fit_one_client(task, data, seed, epochs=6, lr=2e-4)
     return {"gain": float(task.evaluate(model, data)["overall"] - before)}

@@ -203,16 +203,12 @@ def test_a_run_refused_at_start_leaves_no_folder_and_the_retry_uses_the_name(tmp
                                                                             capsys):
     out = tmp_path / "run"
     missing = tmp_path / "nope.jsonl"
-    code, _, err = run_cli(capsys, "run", "--dataset", "reviews", "--set",
-                           f"data.path={missing}", "--methods", "majority", "--quiet",
-                           "--out", str(out))
-    assert code == 2 and "nope.jsonl" in err
-    assert not out.exists()
-    code, _, err = run_cli(capsys, "compare", "--dataset", "reviews", "--set",
-                           f"data.path={missing}", "--methods", "majority", "--quiet",
-                           "--out", str(out))
-    assert code == 2 and "nope.jsonl" in err
-    assert not out.exists()
+    for command in ("run", "compare"):
+        code, _, err = run_cli(capsys, command, "--dataset", "reviews", "--set",
+                               f"data.path={missing}", "--methods", "majority", "--quiet",
+                               "--out", str(out))
+        assert code == 2 and "nope.jsonl" in err
+        assert not out.exists()
     assert run_cli(capsys, "run", *SMALL, "--methods", "majority", "--out", str(out))[0] == 0
     assert (out / "results.json").exists() and not (tmp_path / "run-2").exists()
 
