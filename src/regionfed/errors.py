@@ -23,6 +23,10 @@ class MethodNotApplicableError(ConfigError):
     comparison tables report it as n/a."""
 
 
+class PrivacyBudgetError(ConfigError):
+    """A round would take ε past ``training.target_epsilon``."""
+
+
 class DataError(RegionFedError):
     """A malformed or inconsistent dataset or data file."""
 

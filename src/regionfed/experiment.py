@@ -33,7 +33,7 @@ from regionfed.errors import ConfigError, MethodNotApplicableError
 from regionfed.io import append_jsonl, save_checkpoint, write_atomic, write_json
 from regionfed.models.registry import build_task
 from regionfed.models.tasks import Task
-from regionfed.privacy.ledger import PrivacyLedger
+from regionfed.privacy.ledger import PrivacyLedger, compute_epsilon
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
 from regionfed.runtime.pooled import run_pooled
@@ -96,9 +96,7 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
     else:
         strategy = build_strategy(method, config)
         ledger = PrivacyLedger(config.dp, config.training.sample_rate)
-        training = config.training.model_copy(
-            update={"rounds": rounds_for_budget(config, strategy, ledger)})
-        simulator = Simulator(federation, task, training, seed, evaluator)
+        simulator = Simulator(federation, task, config.training, seed, evaluator)
         run = simulator.run(strategy, on_round=on_round, ledger=ledger,
                             checkpoints=checkpoints)
         test, history = run.test, run.history
@@ -154,35 +152,29 @@ def build_strategy(method: str, config: RunConfig) -> Strategy:
     return strategy
 
 
-def rounds_for_budget(config: RunConfig, strategy: Strategy, ledger: PrivacyLedger) -> int:
-    """The configured rounds, cut so ε stays ≤ ``training.target_epsilon`` (docs/privacy.md)."""
-    rounds, target = config.training.rounds, config.training.target_epsilon
-    if target is None or strategy.releases_per_round == 0:
-        return rounds
-    if not ledger.is_private:
+def check_privacy_budget(config: RunConfig) -> None:
+    """Raise :class:`ConfigError` now if ``training.target_epsilon`` rules out a configured
+    federated method (before any folder is created or any time is spent).
+
+    Every round of a federated method releases at least one Poisson-subsampled Gaussian at
+    σ (the model update); if that alone exceeds the target, no round fits. How many rounds
+    fit is decided during the run from the releases the mechanism records
+    (:class:`~regionfed.runtime.simulator.RoundBudget`)."""
+    target = config.training.target_epsilon
+    if target is None:
+        return
+    ledger = PrivacyLedger(config.dp, config.training.sample_rate)
+    if not ledger.config.adds_noise:
         raise ConfigError("target_epsilon needs differential privacy: set dp.mode to user or "
                           "region and dp.sigma > 0")
-    per_round = strategy.releases_per_round
-    allowed = ledger.rounds_within_budget(target, rounds * per_round) // per_round
-    if allowed == 0:
-        raise ConfigError(f"a single round of {strategy.name} already exceeds target epsilon "
-                          f"{target} (sigma {config.dp.sigma}); raise sigma or the target")
-    return allowed
-
-
-def check_privacy_budget(config: RunConfig) -> None:
-    """Raise :class:`ConfigError` now if ``training.target_epsilon`` rules out any configured
-    federated method (before any folder is created or any time is spent)."""
-    if config.training.target_epsilon is None:
-        return
+    one_round = compute_epsilon(config.dp.sigma, ledger.accounting_sample_rate, 1,
+                                config.dp.delta)
     for method in config.methods:
-        if get_method(method).kind == "federated":
-            try:
-                strategy = build_strategy(method, config)
-            except MethodNotApplicableError:
-                continue  # reported as n/a by the run
-            rounds_for_budget(config, strategy,
-                              PrivacyLedger(config.dp, config.training.sample_rate))
+        spec = get_method(method)
+        if (spec.kind == "federated" and getattr(spec.strategy, "shares_updates", True)
+                and one_round > target):
+            raise ConfigError(f"a single round of {method} already exceeds target epsilon "
+                              f"{target} (sigma {config.dp.sigma}); raise sigma or the target")
 
 
 def with_overrides(config: RunConfig, overrides: dict[str, Any]) -> RunConfig:
@@ -319,11 +311,29 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
                            for m, recs in outcomes.items() if recs},
                "not_applicable": not_applicable}
     write_json(out / "results.json", results)
+    for method in tuned:
+        if method in privacy and not privacy[method]["epsilon_infinite"]:
+            privacy[method] = with_unaccounted(privacy[method], TUNING_UNACCOUNTED)
     write_json(out / "privacy.json", {"methods": privacy})
     state = out / "state"
     if state.is_dir() and not any(state.iterdir()):
         state.rmdir()
     return results
+
+
+#: what fair tuning under DP leaves uncovered: the grid point is picked by un-noised
+#: validation scores of the tuning run
+TUNING_UNACCOUNTED = ("hyper-parameters chosen by fair tuning on un-noised validation "
+                      "Overall (tuning seed)")
+
+
+def with_unaccounted(record: dict[str, Any], what: str) -> dict[str, Any]:
+    """A ``privacy.json`` record with one more choice ε does not cover."""
+    listed = list(record.get("unaccounted", []))
+    if what not in listed:
+        listed.append(what)
+    return {**record, "unaccounted": listed,
+            "protects": record["protects"] + f"; NOT covered: {what}"}
 
 
 def _as_json(config: RunConfig) -> Any:

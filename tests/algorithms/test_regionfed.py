@@ -94,13 +94,23 @@ def test_region_fedavg_uses_fixed_alpha_and_rho_and_no_search():
     assert (EVALUATE, False) not in sent  # no ρ search: only the accuracy log evaluates
     assert (EVALUATE, True) in sent
     assert set(logs[-1]["alpha"].values()) == {0.75} and set(logs[-1]["rho"].values()) == {1.0}
-    assert strategy.name == "region-fedavg" and strategy.releases_per_round == 1
+    assert strategy.name == "region-fedavg"
 
 
-def test_privacy_releases_per_round():
-    assert RegionFed("grad").releases_per_round == 1
-    assert RegionFed("meta").releases_per_round == 2
-    assert RegionFed("interp").releases_per_round == 2
+@pytest.mark.parametrize(("variant", "per_region"), [("grad", 1), ("meta", 2), ("interp", 2)])
+def test_each_region_records_its_own_releases(variant, per_region):
+    """The mechanism records what it noised: one g̃_r per region, plus the second regional
+    aggregate of meta/interp, each over that region's users only (fixed ρ: no selection)."""
+    clients, view = shifted_federation()
+    strategy = RegionFed(variant, RegionFedConfig(rho_search=False),
+                         dp=DPConfig(mode="user", sigma=1.0, clip=10.0))
+    run_rounds(strategy, clients, view, rounds=1)
+    events = strategy.releases.drain()
+    assert len(events) == per_region * len(view.regions)
+    for region in view.regions:
+        mine = [e for e in events if e.regions == (region,)]
+        assert len(mine) == per_region
+        assert all(e.noise_multiplier == 1.0 and e.vectors == 1 for e in mine)
 
 
 def test_user_level_dp_noise_reaches_the_conflicts_but_stays_bounded():
@@ -158,6 +168,8 @@ def test_dynamic_routes_regions_and_records_the_ldp_report():
     assert logs[0]["strategy"][SHIFTED] == "meta"
     assert all(s == "grad" for r, s in logs[0]["strategy"].items() if r != SHIFTED)
     assert len(strategy.ldp_reports) == 1  # histograms are collected once
+    # each of a user's 10 labels is randomized on its own: 10 items per user
+    assert strategy.ldp_reports[0][0] == 8.0 and strategy.ldp_reports[0][2] == 10
     assert "val_accuracy" in logs[1]
 
 
@@ -213,7 +225,6 @@ def test_ensemble_weights_follow_each_strategys_validation_accuracy():
     for c in clients.values():  # scripted regional validation scores: grad, interp, meta
         c.score_ = [0.9, 0.3, 0.6] if c.region == SHIFTED else [0.5, 0.5, 0.5]
     strategy = RegionFed("ensemble")
-    assert strategy.releases_per_round == 3
     logs = run_rounds(strategy, clients, view, rounds=1)
     weights = strategy.member_weights[SHIFTED]
     assert weights == pytest.approx({"grad": 0.5, "interp": 1 / 6, "meta": 1 / 3})

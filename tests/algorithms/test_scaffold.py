@@ -82,8 +82,6 @@ def test_control_variates_follow_option_two():
 
 
 def test_user_level_dp_clips_and_noises_the_control_update_too():
-    assert Scaffold(dp=DPConfig(mode="user", sigma=1.0, clip=1.0)).releases_per_round == 2
-    assert FedAvg().releases_per_round == 1
     # σ = 0: clipping only; c = (1/N) Σ_i clip(Δc_i, C), the paper's uniform update
     clients, view = drift_problem()
     clipped = Scaffold(dp=DPConfig(mode="user", sigma=0.0, clip=0.1))
@@ -96,6 +94,10 @@ def test_user_level_dp_clips_and_noises_the_control_update_too():
     run_rounds(noisy, clients, view, rounds=1)
     assert torch.isfinite(noisy.control).all()
     assert not torch.allclose(noisy.control, clipped.control, atol=1e-4)
+    # Δy and Δc from one Poisson sample: ONE joint release at σ/√2, not two at σ
+    [event] = noisy.releases.drain()
+    assert event.vectors == 2 and event.noise_multiplier == pytest.approx(1 / 2 ** 0.5)
+    assert event.regions == tuple(sorted(view.regions))
 
 
 class RecordingScaffold(Scaffold):

@@ -9,6 +9,7 @@ from dp_accounting.rdp import RdpAccountant
 
 from regionfed.errors import ConfigError
 from regionfed.privacy import (
+    PLD_VALUE_DISCRETIZATION,
     DPConfig,
     PrivacyLedger,
     epsilon_pld,
@@ -16,6 +17,8 @@ from regionfed.privacy import (
     rounds_within_budget,
     sigma_for_epsilon,
 )
+from regionfed.privacy.ledger import DETERMINISTIC_NOISE
+from regionfed.privacy.releases import ReleaseEvent
 
 
 def _direct(accountant, sigma, q, rounds, delta):
@@ -100,11 +103,15 @@ def test_rounds_within_budget_edges():
     assert rounds_within_budget(1e-9, 4.0, 0.1, 1e-5, max_rounds=30) == 0
 
 
+def _gaussian(sigma=4.0, q=0.1, regions=("a", "b"), vectors=1, what="model update"):
+    return ReleaseEvent(what, q, sigma, vectors, tuple(regions))
+
+
 def test_ledger_record_user_mode():
     ledger = PrivacyLedger(DPConfig(mode="user", sigma=4.0, clip=1.0, delta=1e-5), 0.1)
     for _ in range(50):
-        ledger.record_round()
-    ledger.record_ldp(2.0, "intent histogram")
+        ledger.record_round([_gaussian()])
+    ledger.record_ldp(2.0, "intent histogram", items_per_user=3)
     ledger.record_ldp(2.0, "intent histogram")
     rec = ledger.to_dict()
     assert rec["mode"] == "user" and rec["rounds"] == 50 and rec["sample_rate"] == 0.1
@@ -112,19 +119,23 @@ def test_ledger_record_user_mode():
     assert rec["epsilon_pld"] == pytest.approx(epsilon_pld(4.0, 0.1, 50, 1e-5))
     assert rec["epsilon_rdp"] == pytest.approx(epsilon_rdp(4.0, 0.1, 50, 1e-5))
     assert rec["epsilon_infinite"] is False
-    assert rec["ldp"] == [{"what": "intent histogram", "epsilon": 2.0, "releases": 2,
-                           "epsilon_total": 4.0}]
+    assert rec["events"] == [{"what": "model update", "event": "PoissonSampled(Gaussian)",
+                              "sample_rate": 0.1, "noise_multiplier": 4.0, "vectors": 1,
+                              "count": 50, "regions": 2}]
+    assert rec["unaccounted"] == [] and rec["noise"] == "OS entropy"
+    # a user reporting 3 labels then 1 label spends 4 · ε_LDP
+    assert rec["ldp"] == [{"what": "intent histogram", "epsilon": 2.0, "releases": 4,
+                           "epsilon_total": 8.0}]
     assert "one user's" in rec["protects"] and "parallel" in rec["protects"]
     # the --target-epsilon check
-    assert ledger.would_exceed(rec["epsilon_pld"] + 1e-9)
-    assert not ledger.would_exceed(10.0)
-    assert ledger.rounds_within_budget(rec["epsilon_pld"], 1000) == 50
+    assert ledger.would_exceed(rec["epsilon_pld"] + 1e-9, [_gaussian()])
+    assert not ledger.would_exceed(10.0, [_gaussian()])
 
 
 def test_ledger_off_and_sigma_zero_are_infinite():
     for cfg in (DPConfig(mode="off", sigma=4.0), DPConfig(mode="user", sigma=0.0)):
         ledger = PrivacyLedger(cfg, 1.0)
-        ledger.record_round()
+        ledger.record_round([_gaussian(sigma=0.0, q=1.0)])
         rec = ledger.to_dict()
         assert rec["epsilon_pld"] is None and rec["epsilon_rdp"] is None
         assert rec["epsilon_infinite"] is True
@@ -135,7 +146,7 @@ def test_ledger_off_and_sigma_zero_are_infinite():
 def test_ledger_region_mode_has_no_sampling_amplification():
     ledger = PrivacyLedger(DPConfig(mode="region", sigma=4.0), 0.1)
     for _ in range(50):
-        ledger.record_round()
+        ledger.record_round([_gaussian(q=1.0)])
     rec = ledger.to_dict()
     assert "whole region" in rec["protects"]
     assert rec["accounting_sample_rate"] == 1.0
@@ -143,15 +154,41 @@ def test_ledger_region_mode_has_no_sampling_amplification():
     assert rec["epsilon_pld"] > 5 * epsilon_pld(4.0, 0.1, 50, 1e-5)
 
 
-def test_ledger_counts_extra_releases_and_validates():
+def test_ledger_composes_per_region_in_parallel_and_mixed_events_with_dp_accounting():
+    """Releases over disjoint regions compose in parallel (one region's users only see
+    theirs); different events touching one region compose like dp-accounting's Composed."""
     ledger = PrivacyLedger(DPConfig(sigma=2.0), 0.2)
-    ledger.record_round(releases=2)
-    assert ledger.rounds == 1 and ledger.releases == 2
-    assert ledger.epsilon() == pytest.approx(epsilon_pld(2.0, 0.2, 2, 1e-5))
+    for _ in range(3):  # each region releases its own update: parallel, not 2 × 3
+        ledger.record_round([_gaussian(2.0, 0.2, ["a"]), _gaussian(2.0, 0.2, ["b"])])
+    assert ledger.rounds == 3 and ledger.releases == 3
+    assert ledger.epsilon() == pytest.approx(epsilon_pld(2.0, 0.2, 3, 1e-5))
+    # region a also releases selection scores at σ = 3: a's users now bear both
+    ledger.record_round([_gaussian(3.0, 0.2, ["a"], what="scores")])
+    acc = PLDAccountant(value_discretization_interval=PLD_VALUE_DISCRETIZATION)
+    acc.compose(dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+            0.2, dp_accounting.GaussianDpEvent(2.0)), 3),
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+            0.2, dp_accounting.GaussianDpEvent(3.0)), 1)]))
+    assert ledger.epsilon() == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    assert ledger.releases == 4  # region a's users: 3 updates + 1 selection release
     with pytest.raises(ConfigError):
         PrivacyLedger(DPConfig(sigma=2.0), 0.0)
     with pytest.raises(ConfigError):
         ledger.record_ldp(0.0, "x")
+    with pytest.raises(ConfigError):
+        ledger.record_ldp(1.0, "x", items_per_user=0)
+
+
+def test_deterministic_noise_and_unaccounted_choices_are_said_plainly():
+    ledger = PrivacyLedger(DPConfig(sigma=2.0, noise_seed=3), 0.2)
+    ledger.record_round([_gaussian(2.0, 0.2)])
+    ledger.note_unaccounted("ρ search (un-noised validation data)")
+    rec = ledger.to_dict()
+    assert rec["noise"].startswith(DETERMINISTIC_NOISE)
+    assert rec["protects"].startswith("nothing yet: deterministic noise — not private")
+    assert rec["unaccounted"] == ["ρ search (un-noised validation data)"]
+    assert "NOT covered: ρ search" in rec["protects"]
 
 
 def test_rdp_at_small_sigma_is_quiet_and_still_matches_dp_accounting(caplog):

@@ -17,7 +17,9 @@ receives the clients' results, so strategies that need more than one exchange pe
 runtime only forwards instructions to :meth:`Strategy.handle` on the named clients.
 
 Strategies see flat parameter vectors only, never a model or a dataset. Privacy is applied
-in one place, :meth:`Strategy.private_mean` (clipping + Gaussian noise, docs/privacy.md).
+in one place, the strategy's :class:`~regionfed.privacy.releases.PrivateReleases`
+(``self.releases``): it clips, adds the Gaussian noise and records the release event the
+ledger composes (docs/privacy.md). :meth:`Strategy.private_mean` is its one-vector form.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ import numpy as np
 import torch
 
 from regionfed.errors import ConfigError, MethodNotApplicableError, NumericalError
-from regionfed.privacy.mechanism import DPConfig, clip_update, regional_aggregate
+from regionfed.privacy.mechanism import DPConfig, clip_update
 from regionfed.privacy.randomized_response import privatized_histogram
+from regionfed.privacy.releases import PrivateReleases, secret_rng
 
 #: instruction kinds a client understands
 TRAIN, GRADIENT, EVALUATE, HISTOGRAM = "train", "gradient", "evaluate", "histogram"
@@ -95,7 +98,8 @@ class TrainInstruction:
     ``train``: local training, reply Δ_u; ``gradient``: the mean gradient of the training
     loss at ``params``; ``evaluate``: the summed validation loss at ``params`` (reply
     ``metrics["loss_sum"]`` with ``num_examples`` validation examples; with
-    ``config["score"]`` also ``metrics["score_sum"]``, the task score summed over them);
+    ``config["score"]`` also ``metrics["score_sum"]``, the task score summed over them; a
+    ``config["tag"]`` comes back as ``metrics["tag"]``);
     ``histogram``: the client's label counts after k-ary randomized response with
     ``config["epsilon"]`` (reply ``metrics["counts"]``), computed on the device.
     """
@@ -186,8 +190,9 @@ class Strategy(ABC):
     default evaluation model. Subclasses define the round (:meth:`run_round`)."""
 
     name: str = "strategy"
-    #: noisy releases per round that the privacy ledger must compose
-    releases_per_round: int = 1
+    #: False for a method whose clients never send anything derived from their data
+    #: (``local``): it has no release to account at all
+    shares_updates: bool = True
     #: True when :meth:`eval_params` needs the client's private state (client-personalized
     #: methods): a distributed runtime then computes it on the client's own node, from the
     #: global ``params`` and that state
@@ -203,9 +208,13 @@ class Strategy(ABC):
         self.params: torch.Tensor = torch.zeros(0)
         self.view: FederationView | None = None
         self.rng = np.random.default_rng(0)
-        self.noise = torch.Generator()
-        #: (ε_LDP, what) of every local-DP report this strategy asked for (ledger input)
-        self.ldp_reports: list[tuple[float, str]] = []
+        #: clips, noises and records every release (the ledger composes its events)
+        self.releases = PrivateReleases(self.dp, sample_rate)
+        #: (ε_LDP, what, items per user) of every local-DP report this strategy asked for
+        self.ldp_reports: list[tuple[float, str, int]] = []
+        #: data-dependent choices that reach a released model without a DP release (only
+        #: with ``dp.allow_unaccounted``; listed in ``privacy.json``)
+        self.unaccounted: list[str] = []
         #: expected share of sampled clients whose replies arrive (1 − dropout − stragglers,
         #: :mod:`regionfed.runtime.faults`): scales the fixed DP denominator
         self.report_rate = 1.0
@@ -214,22 +223,26 @@ class Strategy(ABC):
               rng: np.random.Generator) -> None:
         self.params = init_params.clone()
         self.view = view
-        self.rng = rng
-        self.noise = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        # Poisson sampling amplifies privacy only while the sample stays secret: under DP
+        # the samples come from OS entropy, not from the run seed
+        self.rng = secret_rng(self.dp, rng)
 
-    def private_mean(self, results: list[ClientResult], expected_clients: float
+    def private_mean(self, results: list[ClientResult], expected_clients: float,
+                     regions: list[str] | None = None, what: str = "model update"
                      ) -> torch.Tensor | None:
-        """The (DP) mean of the results' updates over one group of clients (docs/privacy.md).
+        """The (DP) mean of the results' updates over the clients of ``regions`` (default:
+        all), released through :attr:`releases` (docs/privacy.md).
 
         ``user`` mode: per-client clipping, one Gaussian on the sum, fixed denominator
         ``expected_clients`` = q·n (times :attr:`report_rate` when clients may fail to
         report); ``region``: clip the weighted mean, add noise; ``off``: data-size-weighted
         mean. ``None`` when nothing can be released (empty, non-user).
         """
-        return regional_aggregate([r.update for r in results],
-                                  [r.num_examples for r in results], self.dp,
-                                  expected_clients * self.report_rate, self.noise,
-                                  dim=self.params.numel(), dtype=self.params.dtype)
+        return self.releases.mean([r.update for r in results],
+                                  [r.num_examples for r in results],
+                                  expected_clients * self.report_rate,
+                                  regions=self.view.regions if regions is None else regions,
+                                  what=what, dim=self.params.numel(), dtype=self.params.dtype)
 
     @abstractmethod
     def run_round(self, rnd: int
@@ -242,6 +255,10 @@ class Strategy(ABC):
         result = self._carry_out(instruction, client)
         if self.dp.clip_on_client and self.dp.mode == "user":
             result = self.clip_released(result)
+        if self.dp.adds_noise and "train_loss" in result.metrics:
+            # an un-noised statistic of the client's data: under DP it never leaves
+            result = replace(result, metrics={k: v for k, v in result.metrics.items()
+                                              if k != "train_loss"})
         return result
 
     def clip_released(self, result: ClientResult) -> ClientResult:
@@ -263,10 +280,17 @@ class Strategy(ABC):
             metrics = {"loss_sum": loss_sum}
             if instruction.config.get("score"):
                 metrics["score_sum"] = client.validation_score(instruction.params)[0]
+            if "tag" in instruction.config:  # lets the server match replies to candidates
+                metrics["tag"] = instruction.config["tag"]
             return ClientResult(client.client_id, client.region, None, count, metrics)
         if instruction.kind == HISTOGRAM:
             labels, num_classes = client.labels()
-            rng = np.random.default_rng(instruction.config["seed"])
+            # the coins are the client's own: the server sends a seed only when the run is
+            # not private (DP off, or a test's dp.noise_seed), else it could undo them
+            seed = instruction.config.get("seed")
+            rng = secret_rng(self.dp, np.random.default_rng(seed))
+            if seed is None and not self.dp.secret_randomness:
+                raise ConfigError("a histogram instruction without DP needs a seed")
             counts = privatized_histogram(labels, num_classes, instruction.config["epsilon"],
                                           rng)
             return ClientResult(client.client_id, client.region, None, len(labels),

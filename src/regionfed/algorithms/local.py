@@ -21,7 +21,7 @@ from regionfed.algorithms.base import (
 class LocalOnly(SingleExchangeStrategy):
     name = "local"
     evaluates_on_client = True
-    releases_per_round = 0  # nothing leaves the device
+    shares_updates = False  # nothing leaves the device
 
     def client_train(self, instruction: TrainInstruction, client: ClientContext
                      ) -> ClientResult:

@@ -23,10 +23,12 @@ The server applies                                                          (lin
 
 (the paper: w_i = 1/N, i.e. c ← c + (|S|/N)·mean_{i∈S}(Δc_i); the weights here follow below).
 
-Both means go through :meth:`Strategy.private_mean`, the one aggregation path: Δc_i
-depends on the client's data as much as Δy_i does, so it is a second noisy release of the
-round (``releases_per_round = 2``; the ledger composes both). The server keeps c = Σ_i w_i c_i
-with the weights of the model update's mean:
+Both means are ONE joint release of the strategy's mechanism
+(:meth:`~regionfed.privacy.releases.PrivateReleases.joint_mean`): Δc_i depends on the client's
+data as much as Δy_i does, and both come from the same Poisson sample, so the pair — each
+clipped to C, each given N(0, σ²C²·I) — is one Gaussian mechanism with sensitivity √2·C,
+i.e. noise multiplier σ/√2 per round (not two independent releases at σ). The server keeps
+c = Σ_i w_i c_i with the weights of the model update's mean:
 
 * ``user`` mode (uniform, like DP-FedAvg's x update): each Δc_i is clipped to the same C and
   summed over the fixed denominator q·N; × q gives (1/N) Σ_{i∈S} clip(Δc_i) (+ noise), the
@@ -102,8 +104,6 @@ class _ControlTerm:
 
 class Scaffold(FedAvg):
     name = "scaffold"
-    #: the model update and the control-variate update are both noisy releases
-    releases_per_round = 2
 
     def __init__(self, option: str = "II", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -156,14 +156,20 @@ class Scaffold(FedAvg):
             CONTROL_DELTA: clip_update(result.metrics[CONTROL_DELTA], self.dp.clip)})
 
     def aggregate_train(self, rnd: int, results: list[ClientResult]) -> dict[str, Any]:
-        log = super().aggregate_train(rnd, results)  # x ← x − η_g · mean(Δy)
-        deltas = [ClientResult(r.client_id, r.region, r.metrics[CONTROL_DELTA],
-                               r.num_examples) for r in results]
-        delta = self.private_mean(deltas, self.sample_rate * len(self.view.clients))
-        if delta is not None:  # c ← c + Σ_{i∈S} w_i Δc_i
-            self.control = self.control + self._sampled_share(results) * delta
-        log["control_norm"] = float(self.control.norm())
-        return log
+        dim = self.params.numel()
+        means = self.releases.joint_mean(
+            [(r.update, r.metrics[CONTROL_DELTA]) for r in results],
+            [r.num_examples for r in results],
+            self.sample_rate * len(self.view.clients) * self.report_rate,
+            regions=self.view.regions, what="model update + control variate (joint)",
+            dims=[dim, dim], dtype=self.params.dtype)
+        if means is None:
+            return {"clients": 0, "control_norm": float(self.control.norm())}
+        update, delta = means
+        self.params = self.params - self.server_lr * update  # x ← x − η_g · mean(Δy)
+        self.control = self.control + self._sampled_share(results) * delta  # c ← c + Σ w_i Δc_i
+        return {"clients": len(results), "update_norm": float(update.norm()),
+                "control_norm": float(self.control.norm())}
 
     def _sampled_share(self, results: list[ClientResult]) -> float:
         """What turns :meth:`private_mean` of the Δc_i into Σ_{i∈S} w_i Δc_i with the weights

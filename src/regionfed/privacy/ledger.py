@@ -27,11 +27,12 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from regionfed.errors import ConfigError
 from regionfed.privacy.mechanism import DPConfig
+from regionfed.privacy.releases import ReleaseEvent
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -43,6 +44,7 @@ __all__ = [
     "PLD_VALUE_DISCRETIZATION",
     "Accountant",
     "PrivacyLedger",
+    "composed_epsilon",
     "compute_epsilon",
     "dp_event",
     "epsilon_pld",
@@ -111,6 +113,38 @@ def _epsilon_cached(sigma: float, sample_rate: float, rounds: int, delta: float,
         acc = RdpAccountant()
     with _quiet_absl():
         acc.compose(dp_event(sigma, sample_rate, rounds))
+        return float(acc.get_epsilon(delta))
+
+
+def composed_epsilon(compositions: Sequence[tuple[float, float, int]], delta: float,
+                     accountant: Accountant = "pld") -> float:
+    """ε of ``Composed([SelfComposed(PoissonSampled(q, Gaussian(σ)), n), …])`` (plain
+    ``Gaussian(σ)`` where q = 1) for ``(q, σ, n)`` triples, by ``dp-accounting``.
+
+    A single triple is :func:`compute_epsilon` (cached). Raises :class:`ConfigError` on
+    invalid values; σ = 0 in any triple → ``math.inf``.
+    """
+    _validate_accountant(accountant)
+    compositions = [(float(q), float(s), int(n)) for q, s, n in compositions if n > 0]
+    for q, s, n in compositions:
+        _validate(s, q, n, delta)
+    if not compositions:
+        return 0.0
+    if len(compositions) == 1:
+        return compute_epsilon(compositions[0][1], compositions[0][0], compositions[0][2],
+                               delta, accountant)
+    if any(s == 0.0 for _, s, _ in compositions):
+        return math.inf
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
+    event = dp_accounting.ComposedDpEvent([dp_event(s, q, n) for q, s, n in compositions])
+    acc: dp_accounting.PrivacyAccountant = (
+        PLDAccountant(value_discretization_interval=PLD_VALUE_DISCRETIZATION)
+        if accountant == "pld" else RdpAccountant())
+    with _quiet_absl():
+        acc.compose(event)
         return float(acc.get_epsilon(delta))
 
 
@@ -242,8 +276,10 @@ def rounds_within_budget(target_epsilon: float, sigma: float, sample_rate: float
 
 
 _PROTECTS = {
-    "user": ("one user's (client's) entire data, at (ε, δ) per the ledger, over all rounds; "
-             "regions compose in parallel because every user belongs to exactly one region"),
+    "user": ("one user's (client's) entire data, at (ε, δ) per the ledger, over all rounds "
+             "and every release listed in `events` (model updates and private model "
+             "selection); regions compose in parallel because every user belongs to exactly "
+             "one region"),
     "region": ("one whole region's data (paper Alg. 2 clips the regional aggregate), not a "
                "single user specifically: a user's own contribution is not separately "
                "clipped, and the region is in every round, so ε is accounted with q = 1 "
@@ -251,17 +287,22 @@ _PROTECTS = {
     "off": "nothing: no differential privacy",
 }
 
+#: what a run whose noise came from ``dp.noise_seed`` says wherever its ε appears
+DETERMINISTIC_NOISE = "deterministic noise — not private"
+
+EventKey = tuple[str, float, float, int, tuple[str, ...]]  # what, q, σ_eff, k, regions
+
 
 class PrivacyLedger:
-    """What a run has spent (docs/privacy.md): mode, C, σ, q, rounds, δ, ε (PLD and RDP), LDP uses.
+    """What a run has spent (docs/privacy.md), composed from the events the mechanism
+    recorded (:class:`~regionfed.privacy.releases.PrivateReleases`).
 
-    ``user`` mode accounts ``releases`` compositions of the Poisson-subsampled Gaussian at
-    rate q (normally one release per round). ``region`` mode accounts the same count of
-    *un-sampled* Gaussian releases (q = 1): the protected unit is the region, and its
-    regional aggregate is released every round. ``off`` mode, or σ = 0, has ε = ∞; the
-    record then says ``epsilon_pld = epsilon_rdp = None`` and ``epsilon_infinite = True``.
-
-    ε values are cached per number of releases (a PLD computation costs ~10–100 ms).
+    Every release event names the regions whose users it can touch. Users of different
+    regions are disjoint, so for each region the ledger composes (``dp-accounting``,
+    ``ComposedDpEvent`` of ``SelfComposedDpEvent`` terms) the events that touch it, and ε is the
+    largest over regions (parallel composition). An event with noise multiplier 0 (``off``
+    mode, σ = 0) makes ε = ∞; the record then says ``epsilon_pld = epsilon_rdp = None`` and
+    ``epsilon_infinite = True``. ε values are cached per composition.
     """
 
     def __init__(self, config: DPConfig, sample_rate: float) -> None:
@@ -271,9 +312,11 @@ class PrivacyLedger:
         self.config = config
         self.sample_rate = float(sample_rate)
         self.rounds = 0
-        self.releases = 0
+        self.event_counts: dict[EventKey, int] = {}
+        #: data-dependent choices that reached a released model without a DP release
+        self.unaccounted: list[str] = []
         self._ldp: dict[tuple[str, float], int] = {}
-        self._cache: dict[tuple[int, str], float] = {}
+        self._cache: dict[tuple[Any, str], float] = {}
 
     @property
     def accounting_sample_rate(self) -> float:
@@ -282,63 +325,88 @@ class PrivacyLedger:
 
     @property
     def is_private(self) -> bool:
-        """False when ε = ∞ (mode ``off`` or σ = 0)."""
-        return self.config.adds_noise
+        """False when ε = ∞ (mode ``off``, σ = 0, or an event without noise)."""
+        return self.config.adds_noise and all(k[2] > 0 for k in self.event_counts)
 
-    def record_round(self, releases: int = 1) -> None:
-        """Count one finished round, with ``releases`` noisy regional releases per user.
+    @property
+    def releases(self) -> int:
+        """Releases composed for the most exposed user (the largest count over regions)."""
+        per_region = self._per_region(self.event_counts)
+        return max((sum(c for *_, c in events) for events in per_region.values()), default=0)
 
-        Normally 1. A strategy that publishes a second noised aggregate of the same users in
-        a round (e.g. a separately aggregated meta-gradient) must pass 2, so that the
-        composition is counted.
-        """
-        if isinstance(releases, bool) or int(releases) != releases or releases < 0:
-            raise ConfigError(f"releases must be an integer ≥ 0, got {releases}")
+    def record_round(self, events: Sequence[ReleaseEvent] = ()) -> None:
+        """Count one finished round and compose the releases the mechanism recorded in it."""
         self.rounds += 1
-        self.releases += int(releases)
+        for event in events:
+            key = _key(event)
+            self.event_counts[key] = self.event_counts.get(key, 0) + 1
 
-    def record_ldp(self, epsilon_ldp: float, what: str) -> None:
-        """Record one use of ε_LDP-local DP (randomized response) for ``what``.
+    def note_unaccounted(self, what: str) -> None:
+        """Record a data-dependent choice that ε does not cover (listed in ``privacy.json``)."""
+        if what not in self.unaccounted:
+            self.unaccounted.append(what)
 
-        Repeated uses with the same (what, ε) are counted; by basic composition a user who
-        reported n times has spent n·ε_LDP on top of the central (ε, δ).
+    def record_ldp(self, epsilon_ldp: float, what: str, items_per_user: int = 1) -> None:
+        """Record one ε_LDP-local-DP report (randomized response) for ``what``.
+
+        A user who reports ``items_per_user`` items, each randomized on its own, spends
+        ``items_per_user · ε_LDP`` by basic composition (the largest count over users is
+        what is recorded), on top of the central (ε, δ); repeated reports add up.
         """
         if not (epsilon_ldp > 0.0 and math.isfinite(epsilon_ldp)):
             raise ConfigError(f"epsilon_ldp must be finite and > 0, got {epsilon_ldp}")
+        if isinstance(items_per_user, bool) or int(items_per_user) != items_per_user \
+                or items_per_user < 1:
+            raise ConfigError(f"items_per_user must be an integer ≥ 1, got {items_per_user}")
         key = (str(what), float(epsilon_ldp))
-        self._ldp[key] = self._ldp.get(key, 0) + 1
+        self._ldp[key] = self._ldp.get(key, 0) + int(items_per_user)
 
-    def epsilon(self, accountant: Accountant = "pld", releases: int | None = None) -> float:
-        """ε after ``releases`` releases (default: those recorded); ``math.inf`` if not DP."""
+    def epsilon(self, accountant: Accountant = "pld",
+                extra: Sequence[ReleaseEvent] = ()) -> float:
+        """ε of the recorded events (plus ``extra`` ones, e.g. a round still to come);
+        ``math.inf`` if any release had no noise; 0 when nothing was released."""
         _validate_accountant(accountant)
-        n = self.releases if releases is None else releases
-        if n == 0:
+        counts = dict(self.event_counts)
+        for event in extra:
+            counts[_key(event)] = counts.get(_key(event), 0) + 1
+        if not counts:
             return 0.0
-        if not self.is_private:
+        if not self.config.adds_noise or any(k[2] <= 0 for k in counts):
             return math.inf
-        key = (int(n), accountant)
-        if key not in self._cache:
-            self._cache[key] = compute_epsilon(self.config.sigma, self.accounting_sample_rate,
-                                               int(n), self.config.delta, accountant)
-        return self._cache[key]
+        worst = 0.0
+        for events in {tuple(sorted(v)) for v in self._per_region(counts).values()}:
+            key = (events, accountant)
+            if key not in self._cache:
+                self._cache[key] = composed_epsilon(
+                    [(q, sigma, n) for q, sigma, n in events], self.config.delta, accountant)
+            worst = max(worst, self._cache[key])
+        return worst
 
-    def rounds_within_budget(self, target_epsilon: float, max_rounds: int,
-                             accountant: Accountant = "pld") -> int:
-        """Largest total number of releases ≤ ``max_rounds`` whose ε stays ≤ the target.
-
-        With one release per round this is the number of rounds ``--target-epsilon`` allows.
-        Not private (ε = ∞) → 0.
-        """
-        if not self.is_private:
-            return 0
-        return rounds_within_budget(target_epsilon, self.config.sigma,
-                                    self.accounting_sample_rate, self.config.delta,
-                                    max_rounds, accountant)
-
-    def would_exceed(self, target_epsilon: float, releases: int = 1,
+    def would_exceed(self, target_epsilon: float, upcoming: Sequence[ReleaseEvent],
                      accountant: Accountant = "pld") -> bool:
-        """True if ``releases`` more releases would push ε above ``target_epsilon``."""
-        return self.epsilon(accountant, self.releases + releases) > target_epsilon
+        """True if the ``upcoming`` releases would push ε above ``target_epsilon``."""
+        return self.epsilon(accountant, upcoming) > target_epsilon
+
+    @staticmethod
+    def _per_region(counts: dict[EventKey, int]) -> dict[str, list[tuple[float, float, int]]]:
+        """region → the (q, σ, count) compositions its users are exposed to."""
+        merged: dict[str, dict[tuple[float, float], int]] = {}
+        for (_, q, sigma, _, regions), n in counts.items():
+            for region in regions:
+                per = merged.setdefault(region, {})
+                per[(q, sigma)] = per.get((q, sigma), 0) + n
+        return {r: [(q, s, n) for (q, s), n in per.items()] for r, per in merged.items()}
+
+    def events(self) -> list[dict[str, Any]]:
+        """The composed events, JSON-ready (``privacy.json``'s ``events``)."""
+        out = []
+        for (what, q, sigma, vectors, regions), count in self.event_counts.items():
+            out.append({
+                "what": what,
+                "event": "Gaussian" if q >= 1.0 else "PoissonSampled(Gaussian)",
+                "sample_rate": q, "noise_multiplier": sigma, "vectors": vectors,
+                "count": count, "regions": len(regions)})
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """The ``privacy.json`` record (docs/privacy.md; JSON-ready; ε = ∞ is written as ``None``
@@ -350,7 +418,7 @@ class PrivacyLedger:
             {"what": what, "epsilon": eps, "releases": count, "epsilon_total": eps * count}
             for (what, eps), count in self._ldp.items()
         ]
-        return {
+        record = {
             "mode": self.config.mode,
             "clip": self.config.clip,
             "sigma": self.config.sigma,
@@ -362,16 +430,29 @@ class PrivacyLedger:
             "epsilon_pld": eps_pld,
             "epsilon_rdp": eps_rdp,
             "epsilon_infinite": not private,
+            "noise": self.noise_source,
             "accountant": {
                 "library": "dp-accounting",
-                "event": ("Gaussian" if self.accounting_sample_rate >= 1.0
-                          else "PoissonSampled(Gaussian)"),
+                "composition": "per region: Composed(SelfComposed(event, count)); "
+                               "max over regions (parallel)",
                 "neighboring_relation": "add_or_remove_one",
                 "pld_value_discretization": PLD_VALUE_DISCRETIZATION,
             },
+            "events": self.events(),
+            "unaccounted": list(self.unaccounted),
             "ldp": ldp,
             "protects": self.protects,
         }
+        return record
+
+    @property
+    def noise_source(self) -> str:
+        """Where the noise came from: OS entropy, or a test seed (then not private)."""
+        if not self.config.adds_noise:
+            return "none"
+        if self.config.noise_seed is not None:
+            return f"{DETERMINISTIC_NOISE} (dp.noise_seed={self.config.noise_seed})"
+        return "OS entropy"
 
     @property
     def protects(self) -> str:
@@ -380,4 +461,15 @@ class PrivacyLedger:
             if self.config.mode == "off":
                 return _PROTECTS["off"]
             return "nothing: σ = 0, so no noise is added (ε = ∞); updates are only clipped"
-        return _PROTECTS[self.config.mode]
+        sentence = _PROTECTS[self.config.mode]
+        if self.config.noise_seed is not None:
+            sentence = (f"nothing yet: {DETERMINISTIC_NOISE} (the noise is a function of "
+                        f"dp.noise_seed). With OS-entropy noise it would protect {sentence}")
+        if self.unaccounted:
+            sentence += ("; NOT covered: " + "; ".join(self.unaccounted))
+        return sentence
+
+
+def _key(event: ReleaseEvent) -> EventKey:
+    return (event.what, float(event.sample_rate), float(event.noise_multiplier),
+            int(event.vectors), tuple(event.regions))

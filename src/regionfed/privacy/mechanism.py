@@ -41,6 +41,8 @@ from regionfed.errors import ConfigError, NumericalError
 
 __all__ = [
     "DPConfig",
+    "bound_sensitivity",
+    "bounded_aggregate",
     "clip_update",
     "noise_std_of_mean",
     "regional_aggregate",
@@ -64,6 +66,19 @@ class DPConfig(BaseModel):
             leaves (:meth:`Strategy.clip_released`), so no unclipped update ever reaches
             the server or its transport — what secure aggregation needs, where the server
             only sees a sum. The server's clip then changes nothing (same results).
+        noise_seed: ``None`` (default): the noise, the Poisson client samples and the
+            randomized-response coins come from OS entropy, so nobody can regenerate them
+            (not even from the run seed). An integer makes them a function of this seed —
+            for tests only: such a run is **not private**, and says so wherever its ε
+            appears.
+        selection_sigma: noise multiplier of the private model-selection releases
+            (RegionFed's ρ grid scores, ensemble weights, dynamic fallback); ``None`` = σ.
+        selection_clip: bound b on each user's validation-loss difference
+            L_u(ρ) − L_u(0) (and accuracy difference) entering a selection release; the
+            release's L2 sensitivity is b·√(number of entries) (docs/privacy.md).
+        allow_unaccounted: permit a data-dependent choice that is *not* a DP release
+            (e.g. RegionFed's golden-section ρ search) under DP. The run then lists it in
+            ``privacy.json``'s ``unaccounted``: ε does not cover it.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -73,11 +88,26 @@ class DPConfig(BaseModel):
     clip: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
     clip_on_client: bool = False
+    noise_seed: int | None = Field(default=None, ge=0)
+    selection_sigma: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+    selection_clip: float = Field(default=0.1, gt=0.0, allow_inf_nan=False)
+    allow_unaccounted: bool = False
 
     @property
     def adds_noise(self) -> bool:
         """True when the mechanism adds Gaussian noise (mode ≠ off and σ > 0), i.e. ε < ∞."""
         return self.mode != "off" and self.sigma > 0.0
+
+    @property
+    def secret_randomness(self) -> bool:
+        """True when noise, client samples and randomized-response coins must come from OS
+        entropy: DP is on and no test ``noise_seed`` was set."""
+        return self.adds_noise and self.noise_seed is None
+
+    @property
+    def noise_multiplier_of_selection(self) -> float:
+        """σ of the private model-selection releases (``selection_sigma``, default σ)."""
+        return self.sigma if self.selection_sigma is None else self.selection_sigma
 
 
 def clip_update(update: torch.Tensor, clip: float) -> torch.Tensor:
@@ -178,6 +208,62 @@ def regional_aggregate(
     if config.sigma > 0.0:
         clipped = clipped + _gaussian(clipped, config.sigma * config.clip, generator)
     return clipped
+
+
+def bounded_aggregate(
+    vectors: Sequence[torch.Tensor],
+    weights: Sequence[float] | None,
+    low: torch.Tensor,
+    high: torch.Tensor,
+    config: DPConfig,
+    sigma: float,
+    expected_clients: float,
+    generator: torch.Generator,
+) -> torch.Tensor | None:
+    """The (noisy) mean of small per-user statistic vectors bounded entry by entry.
+
+    Each entry i of a user's vector is clamped to ``[low_i, high_i]``; adding or removing
+    one user then moves the sum by at most ``S = ‖max(|low|, |high|)‖₂`` in L2, so
+
+        ``user``:   (Σ_u clamp(x_u) + N(0, σ²S²·I)) / expected_clients
+        ``region``: clamp(Σ w_u x_u / Σ w_u) + N(0, σ²S²·I)
+        ``off``:    Σ w_u x_u / Σ w_u
+
+    is the (subsampled) Gaussian mechanism with noise multiplier σ — the same shape as
+    :func:`regional_aggregate`, with entry-wise bounds in place of the L2 clip (the private
+    model selection's loss and accuracy scores, docs/privacy.md). Empty ``user``-mode rounds
+    still release the noise; other modes return ``None`` when there is nothing.
+
+    Raises:
+        NumericalError: a vector with NaN/inf. ConfigError: shapes or bounds that disagree.
+    """
+    vectors = list(vectors)
+    if low.shape != high.shape or low.dim() != 1 or not bool((low <= high).all()):
+        raise ConfigError("bounds must be 1-D tensors of one shape with low ≤ high")
+    _check_updates(vectors, low.numel())
+    if config.mode == "user":
+        _check_expected_clients(expected_clients)
+        total = torch.zeros(low.numel(), dtype=torch.float64)
+        for vector in vectors:
+            total += torch.minimum(torch.maximum(vector.to(torch.float64), low), high)
+        if sigma > 0.0:
+            total = total + _gaussian(total, sigma * bound_sensitivity(low, high), generator)
+        return total / expected_clients
+    if not vectors:
+        return None
+    mean = _weighted_mean([v.to(torch.float64) for v in vectors],
+                          None if weights is None else [float(w) for w in weights])
+    if config.mode == "off":
+        return mean
+    clamped = torch.minimum(torch.maximum(mean, low), high)
+    if sigma > 0.0:
+        clamped = clamped + _gaussian(clamped, sigma * bound_sensitivity(low, high), generator)
+    return clamped
+
+
+def bound_sensitivity(low: torch.Tensor, high: torch.Tensor) -> float:
+    """L2 sensitivity of a sum of vectors clamped to [low, high] under add/remove-one."""
+    return float(torch.linalg.vector_norm(torch.maximum(low.abs(), high.abs()).double()))
 
 
 def _check_expected_clients(expected_clients: float) -> None:

@@ -39,6 +39,7 @@ from regionfed.algorithms.base import (
 )
 from regionfed.config import TrainingConfig
 from regionfed.data.federation import ClientData, Federation, concat_splits
+from regionfed.errors import PrivacyBudgetError
 from regionfed.models.tasks import Task
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.batched_training import mean_gradients_batched, train_local_batched
@@ -187,6 +188,8 @@ class Simulator:
         self.model = task.build_model(seed).to(self.device)
         self.evaluator = evaluator or FederationEvaluator(task, federation)
         self._pooled_val: dict[tuple[str, ...], Any] = {}
+        self._region_keys = {tuple(c.client_id for c in federation.clients_in(r))
+                             for r in federation.regions}
         self._member_models: list[nn.Module] = []  # scratch models for ensemble members
         #: seconds of the latest round by instruction kind, plus ``server`` (strategy code)
         self.last_round_seconds: dict[str, float] = {}
@@ -325,7 +328,7 @@ class Simulator:
         groups: dict[tuple[int, bool], list[int]] = {}
         for i, ins in enumerate(instructions):
             score = bool(ins.config.get("score"))
-            if ins.kind == EVALUATE and set(ins.config) <= {"score"}:
+            if ins.kind == EVALUATE and set(ins.config) <= {"score", "tag"}:
                 groups.setdefault((id(ins.params), score), []).append(i)
         can_split = type(self.task).split_predictions is not Task.split_predictions
         out: dict[int, ClientResult] = {}
@@ -334,11 +337,15 @@ class Simulator:
                 continue
             clients = [self.clients[instructions[i].client_id] for i in members]
             key = tuple(c.client_id for c in clients)
-            if key not in self._pooled_val:
-                self._pooled_val[key] = (
-                    self.task.concat_prepared([c.prepared_val for c in clients]),
-                    concat_splits([c.data.val for c in clients]))
-            prepared, dataset = self._pooled_val[key]
+            pooled = self._pooled_val.get(key)
+            if pooled is None:
+                pooled = (self.task.concat_prepared([c.prepared_val for c in clients]),
+                          concat_splits([c.data.val for c in clients]))
+                # whole regions recur every round; a Poisson sample of one (private model
+                # selection) rarely does, and caching every sample would grow without bound
+                if key in self._region_keys:
+                    self._pooled_val[key] = pooled
+            prepared, dataset = pooled
             params = instructions[members[0]].params
             losses = example_losses(self.task, self.model, params, prepared)
             sizes = [self.task.num_examples(c.prepared_val) for c in clients]
@@ -353,6 +360,8 @@ class Simulator:
                 metrics = {"loss_sum": float(losses[offset:offset + n].sum())}
                 if score:
                     metrics["score_sum"] = s
+                if "tag" in instructions[i].config:
+                    metrics["tag"] = instructions[i].config["tag"]
                 out[i] = ClientResult(client.client_id, client.region, None, n, metrics)
                 offset += n
         return out
@@ -393,27 +402,41 @@ def drive_rounds(strategy: Strategy, training: TrainingConfig,
                  on_round: RoundCallback | None = None,
                  ledger: PrivacyLedger | None = None, *, first_round: int = 1,
                  history: list[dict[str, Any]] | None = None,
-                 after_round: Callable[[int, list[dict[str, Any]]], None] | None = None
-                 ) -> FederatedRun:
+                 after_round: Callable[[int, list[dict[str, Any]]], None] | None = None,
+                 validate_every_round: bool = True) -> FederatedRun:
     """The round loop every runtime shares (in-process, Flower): ``one_round(rnd)`` runs the
     strategy's exchanges and returns (round log, training losses); then the ledger records
     the round's releases, validation runs every ``eval_every`` rounds and at the end, and the
     final models are scored on the test splits. A resumed run starts at ``first_round`` with
     the earlier rounds' ``history``; ``after_round(rnd, history)`` runs after each round's
-    log (round checkpoints)."""
+    log (round checkpoints).
+
+    The ledger composes the release events the strategy's mechanism recorded in the round.
+    With ``training.target_epsilon`` the loop stops before a round that could push ε past
+    the target (:class:`RoundBudget`). ``validate_every_round=False`` skips the per-round
+    validation of every client (a ground-truth diagnostic; the Flower runtimes skip it
+    under DP, where it would send un-noised per-client scores to the server)."""
     history = [] if history is None else history
+    budget = RoundBudget(training.target_epsilon, ledger, strategy)
     for rnd in range(first_round, training.rounds + 1):
+        if budget.exhausted_before(rnd, history):
+            break
         round_log, losses = one_round(rnd)
         log: dict[str, Any] = {"round": rnd, **round_log}
         if ledger is not None:
-            ledger.record_round(strategy.releases_per_round)
+            budget.account(rnd, strategy.releases.drain())
             while strategy.ldp_reports:
                 ledger.record_ldp(*strategy.ldp_reports.pop(0))
+            for choice in strategy.unaccounted:
+                ledger.note_unaccounted(choice)
             log["epsilon"] = ledger.epsilon() if ledger.is_private else None
         if losses:
             log["train_loss"] = float(np.mean(losses))
-        if rnd % training.eval_every == 0 or rnd == training.rounds:
+        if validate_every_round and (rnd % training.eval_every == 0
+                                     or rnd == training.rounds):
             log["val"] = loggable(evaluate(strategy, "val"))
+            if ledger is not None and ledger.is_private:
+                log["val_note"] = GROUND_TRUTH_NOTE
         history.append(log)
         if on_round is not None:
             on_round(log)
@@ -421,6 +444,59 @@ def drive_rounds(strategy: Strategy, training: TrainingConfig,
             after_round(rnd, history)
     return FederatedRun(history, evaluate(strategy, "test"), strategy.params.clone(),
                         regional_models(strategy))
+
+
+#: the label of per-round validation scores in a DP run's log: computed by the simulator
+#: from every client's true validation data, never used by the strategy
+GROUND_TRUTH_NOTE = ("simulation diagnostic: un-noised validation scores of every client, "
+                     "not private and not used by the method")
+
+
+class RoundBudget:
+    """``training.target_epsilon``: stop before a round that could exceed it.
+
+    A round's cost is known only once its releases are recorded, so the check before round
+    t assumes the costliest round so far (per release kind, the largest count any round
+    had) — exact for every method whose rounds all release alike. A round that turns out
+    costlier and passes the target (``regionfed-dynamic`` routing more regions to a second
+    release) is an error: the run stops without publishing anything of it.
+    """
+
+    def __init__(self, target: float | None, ledger: PrivacyLedger | None,
+                 strategy: Strategy) -> None:
+        self.target = target
+        self.ledger = ledger
+        self.strategy = strategy
+        self.costliest: dict[Any, int] = {}
+        self.events: dict[Any, Any] = {}
+        self.stopped_at: int | None = None
+
+    def exhausted_before(self, rnd: int, history: list[dict[str, Any]]) -> bool:
+        if self.target is None or self.ledger is None or not self.costliest:
+            return False
+        upcoming = [self.events[k] for k, n in self.costliest.items() for _ in range(n)]
+        if self.ledger.would_exceed(self.target, upcoming):
+            self.stopped_at = rnd
+            if history:
+                history[-1]["budget_stop"] = (f"target epsilon {self.target} reached: "
+                                              f"round {rnd} would exceed it")
+            return True
+        return False
+
+    def account(self, rnd: int, events: list[Any]) -> None:
+        self.ledger.record_round(events)
+        counts: dict[Any, int] = {}
+        for event in events:
+            counts[event] = counts.get(event, 0) + 1
+            self.events[event] = event
+        for event, n in counts.items():
+            self.costliest[event] = max(self.costliest.get(event, 0), n)
+        if self.target is not None and self.ledger.epsilon() > self.target:
+            raise PrivacyBudgetError(
+                f"round {rnd} of {self.strategy.name} would take epsilon to "
+                f"{self.ledger.epsilon():.4g}, past training.target_epsilon {self.target} "
+                f"(sigma {self.ledger.config.sigma}); nothing of it was published — raise "
+                "sigma or the target")
 
 
 def regional_models(strategy: Strategy) -> dict[str, torch.Tensor]:

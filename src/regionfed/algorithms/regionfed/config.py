@@ -21,6 +21,12 @@ class RegionFedConfig(BaseModel):
     rho_interval: tuple[float, float] = (0.0, 2.0)  # grad / meta
     rho_interval_interp: tuple[float, float] = (0.0, 1.0)
     rho_tolerance: float = Field(0.01, gt=0.0)
+    #: how ρ (and the dynamic fallback's / ensemble's accuracies) are chosen: ``golden``
+    #: (Alg. 3 on un-noised validation losses), ``grid`` (the private release of
+    #: :mod:`.selection`: a noisy score of ρ = 0 and ``rho_grid_points`` values), or
+    #: ``auto`` = grid under DP, golden without
+    rho_selection: Literal["auto", "golden", "grid"] = "auto"
+    rho_grid_points: int = Field(8, ge=1, le=64)
     #: local epochs of interp's regional fine-tune (one intra-region FedAvg pass)
     interp_epochs: int = Field(1, ge=1)
     #: EMA of the conflict (paper D.6 safeguard; β = 0.9 there); ``None`` = raw d_r

@@ -28,9 +28,13 @@ One round, as exchanges with the clients (all transport-free, see :mod:`..base`)
    θ_r^{t+1} = θ_r^t + ρ_t v_r^t.
 5. regional model θ^{t+1} + α_r θ_r, used to evaluate the region's clients.
 
-Privacy: ``meta`` and ``interp`` release a second noisy regional aggregate per round, so their
-ledger composes two releases per round. The ρ search reads validation losses that are not
-noised; the ledger says so.
+Privacy: every release goes through the strategy's mechanism (``self.releases``), which
+records what the ledger composes: g̃_r each round, the second regional aggregate of
+``meta``/``interp`` (a fresh Poisson sample), and under DP the private model selection
+(:mod:`.selection`): ρ, the dynamic fallback's accuracy and the ensemble weights come from one
+noisy release of grid scores per region and round instead of un-noised validation losses.
+Golden-section search stays the default without DP; under DP it is refused unless
+``dp.allow_unaccounted`` is set, and then listed as not covered by ε.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.regionfed.conflict import ConflictCalibration, conflicts
 from regionfed.algorithms.regionfed.golden_section import GoldenSection
 from regionfed.algorithms.regionfed.routing import ValidationFallback, heterogeneity, route
+from regionfed.algorithms.regionfed.selection import SelectionLayout, rho_candidates
 from regionfed.errors import ConfigError
 from regionfed.privacy.mechanism import DPConfig
 
@@ -76,9 +81,7 @@ class RegionFed(Strategy):
         self.variant = variant
         self.name = f"regionfed-{variant}"
         self.config = config or RegionFedConfig()
-        # dynamic may route a region to meta/interp in any round: count the worst case;
-        # the ensemble releases a meta gradient and an interp update every round
-        self.releases_per_round = {"grad": 1, "ensemble": 3}.get(variant, 2)
+        self.private_selection = self._selection_policy()
         self.calibration = ConflictCalibration(self.config.tau, self.config.mu_perturbation)
         self.smoothed_conflict: dict[str, float] = {}
         self.alpha: dict[str, float] = {}
@@ -91,6 +94,38 @@ class RegionFed(Strategy):
         self.fallback = ValidationFallback(self.config.fallback_drop,
                                            self.config.fallback_patience)
 
+    def _selection_policy(self) -> bool:
+        """True when ρ / fallback / ensemble weights come from the private grid release
+        (``rho_selection`` grid, or auto under DP). Under DP, the un-noised golden-section
+        path is refused unless ``dp.allow_unaccounted``, and then recorded as not covered."""
+        mode = self.config.rho_selection
+        private = mode == "grid" or (mode == "auto" and self.dp.adds_noise)
+        if private or not self.dp.adds_noise:
+            return private
+        choices = self.data_dependent_choices()
+        if choices and not self.dp.allow_unaccounted:
+            raise ConfigError(
+                f"{self.name} with regionfed.rho_selection=golden reads un-noised validation "
+                f"data under DP ({'; '.join(choices)}); use rho_selection grid (private) or "
+                "set dp.allow_unaccounted=true to run it uncovered by ε")
+        self.unaccounted.extend(f"{c} (un-noised validation data)" for c in choices)
+        return False
+
+    def data_dependent_choices(self) -> list[str]:
+        """The choices of this configuration that read clients' validation data."""
+        choices = []
+        if self.config.rho_search:
+            choices.append("ρ search")
+        if self._uses_fallback:
+            choices.append("dynamic fallback")
+        if self.variant == "ensemble":
+            choices.append("ensemble weights")
+        return choices
+
+    @property
+    def _uses_fallback(self) -> bool:
+        return self.variant == "dynamic" and self.config.fallback
+
     # -- server side ---------------------------------------------------------------------
     def region_weights(self, regions: list[str]) -> dict[str, float]:
         if self.config.region_weights == "clients":
@@ -100,13 +135,14 @@ class RegionFed(Strategy):
         total = sum(sizes.values())
         return {r: s / total for r, s in sizes.items()}
 
-    def regional_means(self, results: list[ClientResult]) -> dict[str, torch.Tensor]:
+    def regional_means(self, results: list[ClientResult], what: str = "regional update"
+                       ) -> dict[str, torch.Tensor]:
         """g̃_r for every region that releases one (user mode: every region, always)."""
         out = {}
         for region in self.view.regions:
             mine = [r for r in results if r.region == region]
             expected = self.sample_rate * len(self.view.clients_in(region))
-            mean = self.private_mean(mine, expected)
+            mean = self.private_mean(mine, expected, [region], what)
             if mean is not None:
                 out[region] = mean
         return out
@@ -145,17 +181,32 @@ class RegionFed(Strategy):
         previous = {r: self.adaptation[r] if self.config.persist_adaptation
                     and r in self.adaptation else torch.zeros_like(v)
                     for r, v in directions.items()}
-        rho, search_log = yield from self._choose_rho(theta_next, alpha, directions, chosen,
-                                                      previous)
+        accuracy: dict[str, float] | None = None
+        if self.private_selection and (self.config.rho_search or self._uses_fallback):
+            picked = yield from self._private_select(
+                theta_next, alpha, {r: {chosen[r]: v} for r, v in directions.items()},
+                previous, with_accuracy=self._uses_fallback)
+            rho = {r: picked[r][chosen[r]][0] for r in directions}
+            search_log = {"val_loss_gain_noisy": {r: picked[r][chosen[r]][1]
+                                                  for r in directions}}
+            if self._uses_fallback:
+                accuracy = {r: picked[r][chosen[r]][2] for r in directions}
+        else:
+            rho, search_log = yield from self._choose_rho(theta_next, alpha, directions,
+                                                          chosen, previous)
         self.params = theta_next
         self.alpha = alpha
         self.adaptation = {r: previous[r] + rho[r] * v for r, v in directions.items()}
-        uses_fallback = self.variant == "dynamic" and self.config.fallback
-        if self.config.track_val_accuracy or uses_fallback:
+        # un-noised regional accuracy is measured only where it cannot leak: without DP,
+        # or for an un-noised fallback the user explicitly allowed (dp.allow_unaccounted)
+        measure = (self._uses_fallback or (self.config.track_val_accuracy
+                                           and not self.dp.adds_noise))
+        if accuracy is None and measure:
             accuracy = yield from self._regional_accuracy()
-            if uses_fallback:
+        if accuracy is not None:
+            if self._uses_fallback:
                 self.fallback.record(accuracy)
-            extra["val_accuracy"] = accuracy
+            extra["val_accuracy_noisy" if self.private_selection else "val_accuracy"] = accuracy
         return {**log, "rho": rho, "strategy": chosen, **search_log, **extra}
 
     def _route(self, conflict: dict[str, float], regions: list[str], log: dict[str, Any]
@@ -164,17 +215,25 @@ class RegionFed(Strategy):
         randomized-response label histograms that give h_r."""
         if self.heterogeneity is None:
             eps = self.config.ldp_epsilon
+            # the RR coins are the client's: a seed is sent only when the run is not private
+            seeded = not self.dp.secret_randomness
             results = yield [
                 TrainInstruction(c, self.view.client_region[c], self.params,
-                                 {"epsilon": eps, "seed": int(self.rng.integers(2**62))},
+                                 {"epsilon": eps,
+                                  **({"seed": int(self.rng.integers(2**62))} if seeded else {})},
                                  HISTOGRAM) for c in self.view.clients]
             counts: dict[str, np.ndarray] = {}
             for res in results:
                 counts[res.region] = counts.get(res.region, 0) + res.metrics["counts"]
             num_classes = len(results[0].metrics["counts"])
             self.heterogeneity = heterogeneity(counts, num_classes, eps)
-            self.ldp_reports.append((eps, "label histogram (randomized response, once)"))
-        sizes = {r: sum(self.view.num_examples[c] for c in self.view.clients_in(r))
+            # every label is randomized on its own: a user reporting m labels spends m·ε_LDP
+            self.ldp_reports.append((eps, "label histogram (randomized response per label)",
+                                     max(max(res.num_examples for res in results), 1)))
+        # under DP a region's size is its number of clients (public membership), not its
+        # number of examples (which depends on the users' data and would be unaccounted)
+        sizes = {r: float(len(self.view.clients_in(r))) if self.dp.adds_noise else
+                 sum(self.view.num_examples[c] for c in self.view.clients_in(r))
                  for r in self.view.regions}
         mean_size = float(np.mean(list(sizes.values())))
         chosen = {}
@@ -193,23 +252,42 @@ class RegionFed(Strategy):
         """All three adaptations per region, each with its own ρ search, then the Eq. 17
         vote weights w_s ∝ regional validation accuracy of θ^{t+1} + α_r θ_r^s."""
         members: dict[str, dict[str, torch.Tensor]] = {r: {} for r in regional}
-        log: dict[str, Any] = {"rho": {}, "member_val_accuracy": {}}
-        for s in BASE_VARIANTS:
-            chosen = dict.fromkeys(regional, s)
-            directions = yield from self._directions(regional, global_update, theta_next,
-                                                     chosen)
-            zeros = {r: torch.zeros_like(v) for r, v in directions.items()}
-            rho, _ = yield from self._choose_rho(theta_next, alpha, directions, chosen, zeros)
-            for r, v in directions.items():
-                members[r][s] = rho[r] * v
-            log["rho"][s] = rho
+        log: dict[str, Any] = {"rho": {}}
+        accuracy: dict[str, dict[str, float]] = {r: {} for r in members}
+        if self.private_selection:
+            per_region: dict[str, dict[str, torch.Tensor]] = {r: {} for r in regional}
+            for s in BASE_VARIANTS:
+                directions = yield from self._directions(
+                    regional, global_update, theta_next, dict.fromkeys(regional, s))
+                for r, v in directions.items():
+                    per_region[r][s] = v
+            zeros = {r: torch.zeros_like(theta_next) for r in per_region}
+            picked = yield from self._private_select(theta_next, alpha, per_region, zeros,
+                                                     with_accuracy=True)
+            for s in BASE_VARIANTS:
+                log["rho"][s] = {r: picked[r][s][0] for r in per_region if s in picked[r]}
+            for r, per in per_region.items():
+                for s, v in per.items():
+                    members[r][s] = picked[r][s][0] * v
+                    accuracy[r][s] = max(picked[r][s][2], 0.0)  # a noisy share can go < 0
+        else:
+            for s in BASE_VARIANTS:
+                chosen = dict.fromkeys(regional, s)
+                directions = yield from self._directions(regional, global_update, theta_next,
+                                                         chosen)
+                zeros = {r: torch.zeros_like(v) for r, v in directions.items()}
+                rho, _ = yield from self._choose_rho(theta_next, alpha, directions, chosen,
+                                                     zeros)
+                for r, v in directions.items():
+                    members[r][s] = rho[r] * v
+                log["rho"][s] = rho
+            for s in BASE_VARIANTS:
+                params = {r: theta_next + alpha[r] * m[s] for r, m in members.items()
+                          if s in m}
+                for r, acc in (yield from self._regional_accuracy(params)).items():
+                    accuracy[r][s] = acc
         self.params = theta_next
         self.alpha = alpha
-        accuracy: dict[str, dict[str, float]] = {r: {} for r in members}
-        for s in BASE_VARIANTS:
-            params = {r: theta_next + alpha[r] * m[s] for r, m in members.items() if s in m}
-            for r, acc in (yield from self._regional_accuracy(params)).items():
-                accuracy[r][s] = acc
         self.members = members
         self.member_weights = {}
         for r, accs in accuracy.items():
@@ -220,7 +298,8 @@ class RegionFed(Strategy):
         # (the user-level stage, the conflict signal of the next round)
         self.adaptation = {r: members[r][max(w, key=w.get)]
                            for r, w in self.member_weights.items()}
-        log["member_val_accuracy"] = accuracy
+        log["member_val_accuracy_noisy" if self.private_selection
+            else "member_val_accuracy"] = accuracy
         log["ensemble_weights"] = self.member_weights
         return log
 
@@ -270,11 +349,70 @@ class RegionFed(Strategy):
             elif chosen.get(r) == "interp":
                 instructions.append(TrainInstruction(c, r, theta_next, dict(interp), TRAIN))
         results = yield instructions
-        second = self.regional_means(results)
+        second = self.regional_means(results, "regional meta gradient / fine-tune update")
         # meta: v = −∇L_r; interp: θ^local − θ^{t+1} = −(mean Δ) — both are −(aggregate)
         directions.update({r: -second[r] for r in regional
                            if chosen[r] != "grad" and r in second})
         return directions
+
+    def _private_select(self, theta_next: torch.Tensor, alpha: dict[str, float],
+                        directions: dict[str, dict[str, torch.Tensor]],
+                        previous: dict[str, torch.Tensor], *, with_accuracy: bool
+                        ) -> Exchange:
+        """Private model selection (:mod:`.selection`): a fresh Poisson sample of each
+        region's clients scores the ρ grid of every strategy in ``directions[r]`` on its
+        validation split; each region releases the noisy mean of the clamped score vectors
+        (one accounted Gaussian release). Returns region → strategy → (ρ, noisy loss gain,
+        noisy accuracy or ``None``)."""
+        layouts = {}
+        for r, per in directions.items():
+            grid = {s: (rho_candidates(self.config.rho_interval_interp if s == "interp"
+                                       else self.config.rho_interval,
+                                       self.config.rho_grid_points)
+                        if self.config.rho_search else [self.config.fixed_rho])
+                    for s in per}
+            layouts[r] = SelectionLayout(grid, with_accuracy, self.dp.selection_clip)
+        sampled = set(self.sample_clients())
+        instructions = []
+        for r, layout in layouts.items():
+            base = theta_next + alpha[r] * previous[r]
+            models = [base] + [base + alpha[r] * rho * directions[r][s]
+                               for s, rho in layout.candidates]
+            members = [c for c in self.view.clients_in(r) if c in sampled]
+            for tag, params in enumerate(models):
+                instructions += [TrainInstruction(c, r, params,
+                                                  {"score": with_accuracy, "tag": tag},
+                                                  EVALUATE) for c in members]
+        results = yield instructions
+        replies: dict[str, dict[int, ClientResult]] = {}
+        for res in results:
+            replies.setdefault(res.client_id, {})[int(res.metrics["tag"])] = res
+        picked = {}
+        for r, layout in layouts.items():
+            models = len(layout.candidates) + 1
+            vectors, weights = [], []
+            for c in self.view.clients_in(r):
+                got = replies.get(c, {})
+                n = got[0].num_examples if 0 in got else 0
+                if len(got) != models or n == 0:  # not sampled, failed, or nothing to score
+                    continue
+                loss = [got[t].metrics["loss_sum"] / n for t in range(models)]
+                acc = ([got[t].metrics["score_sum"] / n for t in range(models)]
+                       if with_accuracy else None)
+                vectors.append(layout.user_vector(loss, acc))
+                weights.append(n)
+            low, high = layout.bounds()
+            mean = self.releases.bounded_mean(
+                vectors, weights, low, high,
+                self.sample_rate * len(self.view.clients_in(r)) * self.report_rate,
+                regions=[r], what="model selection scores"
+                + (" (ρ grid + accuracy)" if with_accuracy else " (ρ grid)"))
+            if mean is None:  # nothing released (no DP noise and nobody sampled): keep ρ = 0
+                picked[r] = {s: (0.0, 0.0, None if not with_accuracy else 0.0)
+                             for s in layout.grid}
+            else:
+                picked[r] = layout.choose(mean, self.config.rho_search, self.config.fixed_rho)
+        return picked
 
     def _choose_rho(self, theta_next: torch.Tensor, alpha: dict[str, float],
                     directions: dict[str, torch.Tensor], chosen: dict[str, str],

@@ -68,7 +68,7 @@ def make_server_app(defaults: dict[str, Any] | None = None,
     from flwr.serverapp import ServerApp
 
     from regionfed.data.registry import build_federation
-    from regionfed.experiment import build_strategy, rounds_for_budget
+    from regionfed.experiment import build_strategy
     from regionfed.models.registry import build_task
     app = ServerApp()
 
@@ -91,9 +91,6 @@ def make_server_app(defaults: dict[str, Any] | None = None,
                               timeout=float(settings.get(REPLY_TIMEOUT_KEY, 600.0)))
         strategy = build_strategy(method, config)
         ledger = PrivacyLedger(config.dp, config.training.sample_rate)
-        training = config.training.model_copy(
-            update={"rounds": rounds_for_budget(config, strategy, ledger)})
-        driver.training = training
         run = driver.run(strategy, on_round=on_round or log_round, ledger=ledger)
         if settings.get(OUT_KEY):
             save_result(settings[OUT_KEY], run, ledger)

@@ -111,8 +111,10 @@ class FlowerDriver:
             log, losses = self._round(strategy, rnd)
             return {**log, "client_batching": "flower"}, losses
 
+        # per-round validation sends every client's un-noised scores to the server: under
+        # DP it is not done here (the final test scores are the run's reported result)
         return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
-                            ledger)
+                            ledger, validate_every_round=not strategy.dp.adds_noise)
 
     def _round(self, strategy: Strategy, rnd: int) -> tuple[dict[str, Any], list[float]]:
         from flwr.app import Message

@@ -1,0 +1,149 @@
+"""The private-release object: every DP release of a run goes through it (docs/privacy.md).
+
+Like an Opacus optimizer with its accountant hook or a pfl-research postprocessor, one object
+both *applies* the mechanism — clip, add Gaussian noise — and *records* what it just did, at
+that moment, as a :class:`ReleaseEvent`: the sampling rate of the clients it drew from, the
+noise multiplier of the release as a whole, how many vectors it released jointly, and which
+regions' users it touched. The privacy ledger composes exactly these events with
+``dp-accounting``; no strategy declares a release count.
+
+Joint releases. ``k`` vectors computed from one client sample (SCAFFOLD's Δy and Δc), each
+clipped to C and each given N(0, σ²C²·I), are one Gaussian mechanism on their concatenation:
+its L2 sensitivity is √k·C and its noise std σC, so its noise multiplier is σ/√k — one event,
+not k independent ones.
+
+Randomness. The noise generator (and, through :func:`secret_rng`, the Poisson client samples
+and randomized-response coins) is seeded from OS entropy (:mod:`secrets`), independently for
+every strategy object — so per run × method × seed — and never from the run seed: knowing
+``config.yaml`` does not let anyone regenerate the noise. ``dp.noise_seed`` makes it a function
+of that number instead, for tests; the ledger then labels ε "deterministic noise — not
+private". The generator's state is part of a round checkpoint, so ``--resume`` continues the
+same noise stream.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from regionfed.errors import ConfigError
+from regionfed.privacy.mechanism import (
+    DPConfig,
+    bounded_aggregate,
+    regional_aggregate,
+)
+
+__all__ = ["PrivateReleases", "ReleaseEvent", "secret_rng"]
+
+
+@dataclass(frozen=True)
+class ReleaseEvent:
+    """One noisy release as the accountant sees it.
+
+    Attributes:
+        what: what was released (``"model update"``, ``"ρ grid scores"``, …).
+        sample_rate: q of the Poisson sample the contributors came from (1 when every
+            member of the protected unit takes part, e.g. ``region`` mode).
+        noise_multiplier: noise std / L2 sensitivity of the release as a whole (σ/√k for k
+            vectors released jointly); 0 = no noise (ε = ∞).
+        vectors: how many vectors were released jointly.
+        regions: the regions whose users can be in it (users of different regions are
+            disjoint, so releases over disjoint regions compose in parallel).
+    """
+
+    what: str
+    sample_rate: float
+    noise_multiplier: float
+    vectors: int
+    regions: tuple[str, ...]
+
+
+def secret_rng(config: DPConfig, fallback: np.random.Generator) -> np.random.Generator:
+    """The generator for choices an adversary must not predict (Poisson samples): OS
+    entropy under DP, ``fallback`` (seeded from the run) without DP or with ``noise_seed``."""
+    if config.secret_randomness:
+        return np.random.default_rng(secrets.randbits(128))
+    return fallback
+
+
+def noise_generator(config: DPConfig) -> torch.Generator:
+    """A torch generator seeded from OS entropy, or from ``config.noise_seed`` (tests)."""
+    seed = secrets.randbits(63) if config.noise_seed is None else int(config.noise_seed)
+    return torch.Generator().manual_seed(seed)
+
+
+class PrivateReleases:
+    """Clips, noises and records every release of one strategy (docs/privacy.md).
+
+    ``sample_rate`` is the client sampling rate q of the run; in ``region`` mode the
+    protected unit is the region, which takes part in every release, so events carry q = 1.
+    """
+
+    def __init__(self, config: DPConfig, sample_rate: float) -> None:
+        if not 0.0 < sample_rate <= 1.0:
+            raise ConfigError(f"sample_rate must be in (0, 1], got {sample_rate}")
+        self.config = config
+        self.sample_rate = float(sample_rate)
+        self.noise = noise_generator(config)
+        #: events recorded since the runtime last collected them (:meth:`drain`)
+        self.pending: list[ReleaseEvent] = []
+
+    @property
+    def accounting_sample_rate(self) -> float:
+        return 1.0 if self.config.mode == "region" else self.sample_rate
+
+    def mean(self, updates: Sequence[torch.Tensor], weights: Sequence[float] | None,
+             expected_clients: float, *, regions: Sequence[str], what: str,
+             dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+        """One vector per client → its (DP) mean (:func:`regional_aggregate`), recorded."""
+        out = self.joint_mean([[u] for u in updates], weights, expected_clients,
+                              regions=regions, what=what, dims=[dim], dtype=dtype)
+        return None if out is None else out[0]
+
+    def joint_mean(self, updates: Sequence[Sequence[torch.Tensor]],
+                   weights: Sequence[float] | None, expected_clients: float, *,
+                   regions: Sequence[str], what: str, dims: Sequence[int],
+                   dtype: torch.dtype = torch.float32) -> list[torch.Tensor] | None:
+        """k vectors per client from one sample → k (DP) means, recorded as ONE event with
+        noise multiplier σ/√k (their joint sensitivity is √k·C). ``None`` when nothing can
+        be released (non-``user`` modes with no client)."""
+        k = len(dims)
+        if any(len(u) != k for u in updates):
+            raise ConfigError(f"every client must send {k} vectors to a joint release")
+        means = [regional_aggregate([u[i] for u in updates], weights, self.config,
+                                    expected_clients, self.noise, dim=dims[i], dtype=dtype)
+                 for i in range(k)]
+        if means[0] is None:
+            return None
+        self._record(what, self.config.sigma / math.sqrt(k), k, regions)
+        return means
+
+    def bounded_mean(self, vectors: Sequence[torch.Tensor], weights: Sequence[float] | None,
+                     low: torch.Tensor, high: torch.Tensor, expected_clients: float, *,
+                     regions: Sequence[str], what: str) -> torch.Tensor | None:
+        """Per-client statistic vectors, clamped entry-wise → their (DP) mean at the
+        selection noise multiplier (:func:`bounded_aggregate`), recorded."""
+        sigma = self.config.noise_multiplier_of_selection
+        out = bounded_aggregate(vectors, weights, low, high, self.config, sigma,
+                                expected_clients, self.noise)
+        if out is not None:
+            self._record(what, sigma, 1, regions)
+        return out
+
+    def _record(self, what: str, noise_multiplier: float, vectors: int,
+                regions: Sequence[str]) -> None:
+        if self.config.mode == "off":
+            noise_multiplier = 0.0
+        self.pending.append(ReleaseEvent(what, self.accounting_sample_rate,
+                                         float(noise_multiplier), int(vectors),
+                                         tuple(sorted(regions))))
+
+    def drain(self) -> list[ReleaseEvent]:
+        """The events recorded since the last call (the runtime hands them to the ledger)."""
+        events, self.pending = self.pending, []
+        return events
