@@ -15,12 +15,16 @@ def test_regionfed_run_with_dp_records_privacy_and_regional_signals(tmp_path, ca
     assert code == 0
     privacy = json.loads((out / "privacy.json").read_text())["methods"]
     assert privacy["fedavg"]["mode"] == "user" and privacy["fedavg"]["rounds"] == 2
-    # ε straight from dp-accounting: grad releases once a round, meta twice
+    # ε straight from dp-accounting: fedavg releases once a round; grad's regional update
+    # and its private ρ selection (same σ and q) twice; meta adds its meta gradient
+    assert privacy["fedavg"]["epsilon_pld"] == pytest.approx(epsilon_pld(1.0, 0.5, 2, 1e-5))
     assert privacy["regionfed-grad"]["epsilon_pld"] == pytest.approx(
-        epsilon_pld(1.0, 0.5, 2, 1e-5))
-    assert privacy["regionfed-meta"]["epsilon_pld"] == pytest.approx(
         epsilon_pld(1.0, 0.5, 4, 1e-5))
+    assert privacy["regionfed-meta"]["epsilon_pld"] == pytest.approx(
+        epsilon_pld(1.0, 0.5, 6, 1e-5))
     assert privacy["local"]["epsilon_pld"] == 0.0  # nothing leaves the device
+    assert all(p["unaccounted"] == [] and p["noise"] in ("OS entropy", "none")
+               for p in privacy.values())
     assert "one user's" in privacy["fedavg"]["protects"]
     results = json.loads((out / "results.json").read_text())["methods"]
     assert results["regionfed-grad"]["epsilon"] == pytest.approx(
@@ -36,7 +40,9 @@ def test_regionfed_run_with_dp_records_privacy_and_regional_signals(tmp_path, ca
         assert set(r["alpha"]) == set(r["rho"]) == set(r["conflict"]) == {"region_00",
                                                                            "region_01"}
         assert r["strategy"] == {"region_00": "grad", "region_01": "grad"}
-        assert set(r["val_accuracy"]) == {"region_00", "region_01"}
+        # under DP the log carries the noisy selection scores, never un-noised statistics
+        assert set(r["val_loss_gain_noisy"]) == {"region_00", "region_01"}
+        assert "val_accuracy" not in r and "train_loss" not in r
         assert r["epsilon"] > 0
 
 
@@ -57,3 +63,32 @@ def test_target_epsilon_stops_before_the_budget(tmp_path, capsys):
     assert code == 2 and "exceeds target epsilon" in err
     # refused before anything is written: no half-made run folders
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_scaffold_epsilon_is_one_joint_release_per_round(tmp_path, capsys):
+    """SCAFFOLD's Δy and Δc come from one Poisson sample: per round ONE subsampled Gaussian
+    with noise multiplier σ/√2 (their joint sensitivity is √2·C), checked against
+    dp-accounting directly (σ = 4, C = 1, q = 0.1, T = 50, δ = 1e-5: ε ≈ 1.045, where two
+    independent releases at σ would claim 0.983)."""
+    import math
+
+    import dp_accounting
+    from dp_accounting.pld import PLDAccountant
+
+    out = tmp_path / "scaffold"
+    code, _, _ = run_cli(capsys, "run", *SMALL, "--methods", "scaffold", "--rounds", "50",
+                         "--clients-per-region", "10", "--eval-every", "50",
+                         "--dp-sigma", "4", "--dp-clip", "1", "--sample-rate", "0.1",
+                         "--out", str(out))
+    assert code == 0
+    privacy = json.loads((out / "privacy.json").read_text())["methods"]["scaffold"]
+    accountant = PLDAccountant()
+    accountant.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        0.1, dp_accounting.GaussianDpEvent(4 / math.sqrt(2))), 50))
+    expected = accountant.get_epsilon(1e-5)
+    assert privacy["epsilon_pld"] == pytest.approx(expected, rel=0.005)
+    assert privacy["epsilon_pld"] > epsilon_pld(4.0, 0.1, 100, 1e-5) * 1.03
+    assert privacy["events"] == [{
+        "what": "model update + control variate (joint)", "event": "PoissonSampled(Gaussian)",
+        "sample_rate": 0.1, "noise_multiplier": pytest.approx(4 / math.sqrt(2)),
+        "vectors": 2, "count": 50, "regions": 2}]

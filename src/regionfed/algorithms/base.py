@@ -238,10 +238,11 @@ class Strategy(ABC):
         report); ``region``: clip the weighted mean, add noise; ``off``: data-size-weighted
         mean. ``None`` when nothing can be released (empty, non-user).
         """
+        if regions is None:
+            regions = self.view.regions if self.view is not None else ("all",)
         return self.releases.mean([r.update for r in results],
                                   [r.num_examples for r in results],
-                                  expected_clients * self.report_rate,
-                                  regions=self.view.regions if regions is None else regions,
+                                  expected_clients * self.report_rate, regions=regions,
                                   what=what, dim=self.params.numel(), dtype=self.params.dtype)
 
     @abstractmethod

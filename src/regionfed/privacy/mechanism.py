@@ -44,6 +44,7 @@ __all__ = [
     "bound_sensitivity",
     "bounded_aggregate",
     "clip_update",
+    "noise_std_of_bounded_mean",
     "noise_std_of_mean",
     "regional_aggregate",
 ]
@@ -259,6 +260,16 @@ def bounded_aggregate(
     if sigma > 0.0:
         clamped = clamped + _gaussian(clamped, sigma * bound_sensitivity(low, high), generator)
     return clamped
+
+
+def noise_std_of_bounded_mean(config: DPConfig, low: torch.Tensor, high: torch.Tensor,
+                              expected_clients: float) -> float:
+    """Per-entry noise std of a :func:`bounded_aggregate` release at the selection σ:
+    σ_sel·S/(q·n_r) in ``user`` mode, σ_sel·S in ``region`` mode, 0 without DP noise."""
+    if not config.adds_noise:
+        return 0.0
+    std = config.noise_multiplier_of_selection * bound_sensitivity(low, high)
+    return std if config.mode == "region" else std / expected_clients
 
 
 def bound_sensitivity(low: torch.Tensor, high: torch.Tensor) -> float:

@@ -26,7 +26,10 @@ class RegionFedConfig(BaseModel):
     #: :mod:`.selection`: a noisy score of ρ = 0 and ``rho_grid_points`` values), or
     #: ``auto`` = grid under DP, golden without
     rho_selection: Literal["auto", "golden", "grid"] = "auto"
-    rho_grid_points: int = Field(8, ge=1, le=64)
+    rho_grid_points: int = Field(4, ge=1, le=64)
+    #: grid selection: a candidate must beat ρ = 0 by more than this many noise standard
+    #: deviations of its released mean (0 = plain argmin)
+    selection_margin: float = Field(2.0, ge=0.0, allow_inf_nan=False)
     #: local epochs of interp's regional fine-tune (one intra-region FedAvg pass)
     interp_epochs: int = Field(1, ge=1)
     #: EMA of the conflict (paper D.6 safeguard; β = 0.9 there); ``None`` = raw d_r

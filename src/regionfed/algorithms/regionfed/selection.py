@@ -15,9 +15,11 @@ carries everything they need:
 * the region releases the noisy sum of those vectors (one Gaussian with L2 sensitivity
   ‖bounds‖₂, :meth:`~regionfed.privacy.releases.PrivateReleases.bounded_mean`) over the fixed
   denominator q·n_r;
-* the server picks ρ_s = argmin of the noisy mean loss differences (0 for ρ = 0, so the
-  region keeps its model unless a step looks better through the noise); the member's
-  accuracy is Â(0) + ΔÂ(s, ρ_s) — post-processing of the same release.
+* the server picks ρ_s = argmin of the noisy mean loss differences among the candidates
+  that beat ρ = 0 (difference 0) by more than ``selection_margin`` noise standard
+  deviations of a mean — the noise std is public (σ, the bounds, q·n_r), so the margin is
+  post-processing too, and keeps pure noise from moving a region off its model; the
+  member's accuracy is Â(0) + ΔÂ(s, ρ_s), from the same release.
 """
 
 from __future__ import annotations
@@ -75,20 +77,23 @@ class SelectionLayout:
             out.append(accuracy[0])
         return torch.tensor(out, dtype=torch.float64)
 
-    def choose(self, noisy_mean: torch.Tensor, search: bool, fixed: float
-               ) -> dict[str, tuple[float, float, float | None]]:
+    def choose(self, noisy_mean: torch.Tensor, search: bool, fixed: float,
+               margin: float = 0.0) -> dict[str, tuple[float, float, float | None]]:
         """Per strategy: (ρ, noisy loss gain over ρ = 0, noisy accuracy or ``None``).
 
-        With ``search`` ρ is the argmin of the noisy loss differences, 0 included (ties go
-        to the smaller ρ); without, the fixed ρ (which must be the strategy's only
-        candidate)."""
+        With ``search`` ρ is the argmin of the noisy loss differences among the candidates
+        that beat ρ = 0 by more than ``margin`` (in loss units; e.g. two noise standard
+        deviations of one mean, so pure noise rarely moves a region off its model), else 0;
+        ties go to the smaller ρ. Without ``search``, the fixed ρ (which must be the
+        strategy's only candidate). Only the released means are read: post-processing."""
         k = len(self.candidates)
         out = {}
         for s, rhos in self.grid.items():
             start = next(i for i, c in enumerate(self.candidates) if c[0] == s)
             gains = [0.0] + [float(noisy_mean[start + j]) for j in range(len(rhos))]
             options = [0.0, *rhos]
-            best = (min(range(len(options)), key=lambda j: (gains[j], options[j]))
+            eligible = [0] + [j for j in range(1, len(options)) if gains[j] < -margin]
+            best = (min(eligible, key=lambda j: (gains[j], options[j]))
                     if search else options.index(fixed))
             accuracy = None
             if self.with_accuracy:

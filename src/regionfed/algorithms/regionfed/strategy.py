@@ -62,7 +62,7 @@ from regionfed.algorithms.regionfed.golden_section import GoldenSection
 from regionfed.algorithms.regionfed.routing import ValidationFallback, heterogeneity, route
 from regionfed.algorithms.regionfed.selection import SelectionLayout, rho_candidates
 from regionfed.errors import ConfigError
-from regionfed.privacy.mechanism import DPConfig
+from regionfed.privacy.mechanism import DPConfig, noise_std_of_bounded_mean
 
 BASE_VARIANTS = ("grad", "interp", "meta")
 VARIANTS = (*BASE_VARIANTS, "dynamic", "ensemble")
@@ -402,16 +402,19 @@ class RegionFed(Strategy):
                 vectors.append(layout.user_vector(loss, acc))
                 weights.append(n)
             low, high = layout.bounds()
+            expected = self.sample_rate * len(self.view.clients_in(r)) * self.report_rate
             mean = self.releases.bounded_mean(
-                vectors, weights, low, high,
-                self.sample_rate * len(self.view.clients_in(r)) * self.report_rate,
-                regions=[r], what="model selection scores"
+                vectors, weights, low, high, expected, regions=[r],
+                what="model selection scores"
                 + (" (ρ grid + accuracy)" if with_accuracy else " (ρ grid)"))
             if mean is None:  # nothing released (no DP noise and nobody sampled): keep ρ = 0
                 picked[r] = {s: (0.0, 0.0, None if not with_accuracy else 0.0)
                              for s in layout.grid}
-            else:
-                picked[r] = layout.choose(mean, self.config.rho_search, self.config.fixed_rho)
+                continue
+            # the noise std of one released mean is public (σ, bounds, q·n_r)
+            noise_std = noise_std_of_bounded_mean(self.dp, low, high, expected)
+            picked[r] = layout.choose(mean, self.config.rho_search, self.config.fixed_rho,
+                                      self.config.selection_margin * noise_std)
         return picked
 
     def _choose_rho(self, theta_next: torch.Tensor, alpha: dict[str, float],
