@@ -92,3 +92,48 @@ def test_scaffold_epsilon_is_one_joint_release_per_round(tmp_path, capsys):
         "what": "model update + control variate (joint)", "event": "PoissonSampled(Gaussian)",
         "sample_rate": 0.1, "noise_multiplier": pytest.approx(4 / math.sqrt(2)),
         "vectors": 2, "count": 50, "regions": 2}]
+
+
+def test_deterministic_test_noise_is_labelled_wherever_epsilon_appears(tmp_path, capsys):
+    out = tmp_path / "seeded"
+    code, stdout, _ = run_cli(capsys, "run", *SMALL, "--methods", "fedavg", "--dp-sigma", "1",
+                              "--sample-rate", "0.5", "--set", "dp.noise_seed=4",
+                              "--out", str(out))
+    assert code == 0
+    record = json.loads((out / "privacy.json").read_text())["methods"]["fedavg"]
+    assert record["noise"].startswith("deterministic noise — not private")
+    assert record["protects"].startswith("nothing yet")
+    summary = json.loads((out / "results.json").read_text())["methods"]["fedavg"]
+    assert summary["epsilon_note"] == "deterministic noise — not private"
+    assert "deterministic noise — not private" in stdout  # the printed table
+    from regionfed.report import write_report
+
+    assert "deterministic noise — not private" in write_report(out)
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("dp.noise_seed=-1", "dp.noise_seed"),
+    ("dp.selection_sigma=0", "dp.selection_sigma"),
+    ("dp.selection_clip=-1", "dp.selection_clip"),
+    ("regionfed.rho_selection=best", "regionfed.rho_selection"),
+    ("regionfed.rho_grid_points=0", "regionfed.rho_grid_points"),
+    ("regionfed.selection_margin=nan", "regionfed.selection_margin")])
+def test_bad_privacy_settings_give_one_error_line(setting, message, tmp_path, capsys):
+    code, _, err = run_cli(capsys, "run", *SMALL, "--methods", "regionfed-grad",
+                           "--set", setting, "--out", str(tmp_path / "x"))
+    assert code == 2 and err.startswith("error:") and message in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_golden_section_under_dp_needs_an_explicit_override(tmp_path, capsys):
+    args = [*SMALL, "--methods", "regionfed-grad", "--dp-sigma", "1", "--sample-rate", "0.5",
+            "--set", "regionfed.rho_selection=golden"]
+    code, _, err = run_cli(capsys, "run", *args, "--out", str(tmp_path / "refused"))
+    assert code == 2 and "dp.allow_unaccounted" in err and len(err.strip().splitlines()) == 1
+    out = tmp_path / "allowed"
+    code, stdout, _ = run_cli(capsys, "run", *args, "--set", "dp.allow_unaccounted=true",
+                              "--out", str(out))
+    assert code == 0
+    record = json.loads((out / "privacy.json").read_text())["methods"]["regionfed-grad"]
+    assert record["unaccounted"] == ["ρ search (un-noised validation data)"]
+    assert "does not cover ρ search" in stdout

@@ -480,7 +480,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"{study.title} ({study.paper}), test Overall %, mean ± std over seeds")
     for row in record["rows"]:
         std = f" ± {100 * row['overall_std']:.1f}" if row["overall_std"] is not None else ""
-        eps = "" if row["epsilon"] is None else f"  ε={row['epsilon']:.2f}"
+        eps = "" if row["epsilon"] is None else f"  ε={row['epsilon']:.2f}" + (
+            f" ({row['epsilon_note']})" if row.get("epsilon_note") else "")
         print(f"  {row['variant']:<{width}}  {row['method']:<18} "
               f"{100 * row['overall']:.1f}{std}{eps}")
     print(f"\nresults: {out / (study.name + '.csv')} ({record['wall_seconds']:.0f} s)")

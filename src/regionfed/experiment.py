@@ -33,7 +33,7 @@ from regionfed.errors import ConfigError, MethodNotApplicableError
 from regionfed.io import append_jsonl, save_checkpoint, write_atomic, write_json
 from regionfed.models.registry import build_task
 from regionfed.models.tasks import Task
-from regionfed.privacy.ledger import PrivacyLedger, compute_epsilon
+from regionfed.privacy.ledger import DETERMINISTIC_NOISE, PrivacyLedger, compute_epsilon
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
 from regionfed.runtime.pooled import run_pooled
@@ -123,7 +123,8 @@ def user_level_stage(simulator: Simulator, strategy: RegionFed, config: RegionFe
         thetas, _ = personalize_region(users, strategy.regional_params(region),
                                        strategy.last_regional.get(region),
                                        alpha_min=config.alpha_min, tau=config.tau,
-                                       epochs=config.user_epochs)
+                                       epochs=config.user_epochs,
+                                       private=strategy.dp.adds_noise)
         for client in members:
             predictions[client.client_id] = simulator.predict(thetas[client.client_id],
                                                               client.split("test"))
@@ -310,10 +311,13 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
                                **({"tuning": tuned[m]} if m in tuned else {})}
                            for m, recs in outcomes.items() if recs},
                "not_applicable": not_applicable}
-    write_json(out / "results.json", results)
     for method in tuned:
         if method in privacy and not privacy[method]["epsilon_infinite"]:
             privacy[method] = with_unaccounted(privacy[method], TUNING_UNACCOUNTED)
+            summary = results["methods"].get(method)
+            if summary is not None and summary.get("epsilon") is not None:
+                summary["epsilon_note"] = epsilon_note([privacy[method]])
+    write_json(out / "results.json", results)
     write_json(out / "privacy.json", {"methods": privacy})
     state = out / "state"
     if state.is_dir() and not any(state.iterdir()):
@@ -334,6 +338,18 @@ def with_unaccounted(record: dict[str, Any], what: str) -> dict[str, Any]:
         listed.append(what)
     return {**record, "unaccounted": listed,
             "protects": record["protects"] + f"; NOT covered: {what}"}
+
+
+def epsilon_note(privacy: list[dict[str, Any]]) -> str | None:
+    """What a table must say next to ε: deterministic (test) noise, or choices ε does not
+    cover; ``None`` when ε means what it says."""
+    notes = []
+    if any(str(p.get("noise", "")).startswith(DETERMINISTIC_NOISE) for p in privacy):
+        notes.append(DETERMINISTIC_NOISE)
+    if any(p.get("unaccounted") for p in privacy):
+        notes.append("does not cover " + "; ".join(dict.fromkeys(
+            c for p in privacy for c in p.get("unaccounted", []))))
+    return ", ".join(notes) or None
 
 
 def _as_json(config: RunConfig) -> Any:
@@ -454,6 +470,9 @@ def summarize_seeds(records: list[dict[str, Any]]) -> dict[str, Any]:
             summary[f"{key}_std"] = std
     eps = [r["epsilon"] for r in records]
     summary["epsilon"] = None if any(e is None for e in eps) else max(eps)
+    if summary["epsilon"] is not None and (note := epsilon_note(
+            [r.get("privacy") or {} for r in records])):
+        summary["epsilon_note"] = note
     regions = records[0]["per_region"].keys()
     summary["per_region"] = {r: metrics.mean_std([rec["per_region"][r] for rec in records])[0]
                              for r in regions}

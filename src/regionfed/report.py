@@ -33,7 +33,10 @@ def _cell(summary: dict[str, Any], key: str) -> str:
 
 def epsilon_cell(summary: dict[str, Any]) -> str:
     eps = summary.get("epsilon")
-    return "∞ (no DP)" if eps is None else f"{eps:.2f}"
+    if eps is None:
+        return "∞ (no DP)"
+    note = summary.get("epsilon_note")
+    return f"{eps:.2f}" + (f" ({note})" if note else "")
 
 
 def results_table(results: dict[str, Any]) -> str:

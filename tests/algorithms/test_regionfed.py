@@ -201,6 +201,27 @@ def test_user_personalization_lowers_each_users_own_loss():
                 user.train(regional)[0] - regional))
 
 
+def test_private_user_personalization_shares_nothing_between_users():
+    """Under DP, α_u is centred on ‖g̃_r‖ (released), not on the other users' conflicts:
+    moving one user's data leaves every other user's α unchanged (it moves the median)."""
+    import copy
+
+    from regionfed.algorithms.regionfed.personalization import personalize_region
+    clients, view = shifted_federation()
+    strategy = RegionFed("grad")
+    run_rounds(strategy, clients, view, rounds=2)
+    users = {c.client_id: c for c in clients.values() if c.region == SHIFTED}
+    moved = copy.deepcopy(users)
+    victim = next(iter(moved))
+    moved[victim].target = moved[victim].target * 50
+    regional, reference = strategy.regional_params(SHIFTED), strategy.last_regional[SHIFTED]
+    for private, unchanged in ((True, True), (False, False)):
+        _, before = personalize_region(users, regional, reference, tau="auto", private=private)
+        _, after = personalize_region(moved, regional, reference, tau="auto", private=private)
+        others = [u for u in users if u != victim]
+        assert all(before[u] == after[u] for u in others) is unchanged
+
+
 def test_persistent_adaptation_accumulates_and_never_hurts_validation():
     from regionfed.algorithms.regionfed import RegionFedPersist
     clients, view = shifted_federation()

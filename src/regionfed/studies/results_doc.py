@@ -72,7 +72,8 @@ def our_table(record: dict[str, Any]) -> str:
             row = cell.get((variant, method))
             text = pct(row["overall"], row["overall_std"]) if row else "–"
             if row and row.get("epsilon") is not None:
-                text += f" (ε {row['epsilon']:.2f})"
+                note = f"; {row['epsilon_note']}" if row.get("epsilon_note") else ""
+                text += f" (ε {row['epsilon']:.2f}{note})"
             cells.append(text)
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -78,6 +78,8 @@ def variant_rows(study: Study, variant: Variant, results: dict[str, Any], run: P
             **{k: summary.get(k) for k in ("intent", "spell", "ner_f1", "rrs",
                                            "worst_region", "region_std", "epsilon",
                                            "seconds")},
+            **({"epsilon_note": summary["epsilon_note"]} if "epsilon_note" in summary
+               else {}),
             "run": str(run)})
     return rows
 
