@@ -60,6 +60,9 @@ EXAMPLES = """examples:
   regionfed run --config configs/default.yaml --concept-shift 0.8 --alpha-d 0.1
   regionfed run --set data.regional_bias=0.5 --set training.optimizer.lr=0.001
   regionfed run --methods fedavg,regionfed-grad --dp-sigma 4 --dp-clip 1 --sample-rate 0.5
+      # noise from OS entropy; privacy.json lists every accounted release and 'unaccounted'
+  regionfed run --methods regionfed-grad --dp-sigma 4 --set dp.noise_seed=1   # test noise:
+      # reproducible, and labelled "deterministic noise — not private" wherever ε appears
   regionfed run --resume runs/default             # finish an interrupted run
   regionfed run --dataset femnist --model cnn --methods fedavg,regionfed-grad --rounds 5 \\
       --local-epochs 2 --set data.num_regions=4   # real LEAF FEMNIST (../shared/data)
