@@ -430,8 +430,8 @@ def drive_rounds(strategy: Strategy, training: TrainingConfig,
             for choice in strategy.unaccounted:
                 ledger.note_unaccounted(choice)
             log["epsilon"] = ledger.epsilon() if ledger.is_private else None
-        if losses:
-            log["train_loss"] = float(np.mean(losses))
+        if losses and not strategy.dp.adds_noise:  # under DP clients do not send it; a
+            log["train_loss"] = float(np.mean(losses))  # reply that does is not logged
         if validate_every_round and (rnd % training.eval_every == 0
                                      or rnd == training.rounds):
             log["val"] = loggable(evaluate(strategy, "val"))

@@ -58,3 +58,37 @@ def test_poisoned_replies_are_rejected_and_the_round_goes_on(monkeypatch):
     assert losses == [0.5]  # only the good client's reply was used
     assert torch.isfinite(strategy.params).all() and not torch.equal(strategy.params,
                                                                      torch.zeros(5))
+
+
+@pytest.mark.parametrize(("sigma", "validations"), [(0.0, ["val", "val", "test"]),
+                                                    (1.0, ["test"])])
+def test_under_dp_the_server_collects_no_per_round_validation(monkeypatch, sigma,
+                                                              validations):
+    """Per-round validation would send every client's un-noised scores to the server: the
+    Flower driver skips it under DP (the final test scores are the experiment's result),
+    and the ledger gets exactly what the strategy's mechanism recorded."""
+    import flwr.app
+    from torch import nn
+
+    from regionfed.config import TrainingConfig
+    from regionfed.privacy.ledger import PrivacyLedger
+    from regionfed.privacy.mechanism import DPConfig
+
+    monkeypatch.setattr(flwr.app, "Message",
+                        lambda content, **meta: SimpleNamespace(content=content, **meta))
+    driver = ScriptedDriver()
+    driver.model, driver.seed = nn.Linear(2, 2), 0
+    driver.view = FederationView(regions=("us",), client_region={"good": "us"},
+                                 num_examples={"good": 10})
+    driver.node_of = {"good": 0}
+    driver.training = TrainingConfig(rounds=2, eval_every=1)
+    asked = []
+    monkeypatch.setattr(ScriptedDriver, "evaluate",
+                        lambda self, strategy, split: asked.append(split) or {})
+    dp = DPConfig(mode="user", sigma=sigma, clip=1.0)
+    ledger = PrivacyLedger(dp, 1.0)
+    run = driver.run(FedAvg(dp=dp), ledger=ledger)
+    assert asked == validations
+    assert ledger.rounds == 2 and ledger.releases == 2
+    # the scripted nodes send their training loss anyway: under DP it is not logged
+    assert ("train_loss" in run.history[0]) is (sigma == 0.0)
