@@ -2,6 +2,7 @@
 our numbers from the study records, the paper's as transcribed — never typed in."""
 
 import csv
+import json
 
 import pytest
 from helpers import TINY_SWEEP as TINY
@@ -160,3 +161,20 @@ def test_degradation_names_what_the_studys_axis_measures():
 def test_the_wall_time_says_how_many_variants_ran_at_once():
     assert workers_phrase({"jobs": 2}) == " (2 variants at a time)"
     assert workers_phrase({}) == " (worker count not recorded)"  # records before --jobs
+
+
+def test_an_epsilon_from_the_earlier_ledger_is_labelled(tmp_path):
+    from regionfed.studies.results_doc import LEGACY_LEDGER, legacy_ledger_note, our_table
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    base = {"epsilon_infinite": False, "epsilon_pld": 2.4}
+    (old / "privacy.json").write_text(json.dumps({"methods": {"fedavg": base}}))
+    (new / "privacy.json").write_text(json.dumps(
+        {"methods": {"fedavg": {**base, "events": []}}}))
+    rows = [{"variant": v, "method": "fedavg", "overall": 0.5, "overall_std": None,
+             "epsilon": 2.4, "run": str(folder)} for v, folder in (("a", old), ("b", new))]
+    assert legacy_ledger_note(rows[0]) == LEGACY_LEDGER and legacy_ledger_note(rows[1]) is None
+    table = our_table({"rows": rows, "variants": ["a", "b"]})
+    assert f"(ε 2.40; {LEGACY_LEDGER})" in table and "| b | 50.0 (ε 2.40) |" in table

@@ -54,6 +54,24 @@ def load_study(folder: Path) -> dict[str, Any]:
     return record
 
 
+#: what a table says next to an ε measured before the ledger composed recorded events
+LEGACY_LEDGER = "pre-issue-24 ledger: declared releases, un-noised ρ search not in ε"
+
+
+def legacy_ledger_note(row: dict[str, Any]) -> str | None:
+    """:data:`LEGACY_LEDGER` when the row's run folder has a ``privacy.json`` without
+    recorded ``events`` (written by the earlier ledger), else ``None``."""
+    path = Path(str(row.get("run", ""))) / "privacy.json"
+    try:
+        methods = json.loads(path.read_text())["methods"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+    record = methods.get(row.get("method"))
+    if not isinstance(record, dict) or record.get("epsilon_infinite", True):
+        return None
+    return None if "events" in record else LEGACY_LEDGER
+
+
 def pct(value: float | None, std: float | None = None) -> str:
     if value is None:
         return "–"
@@ -72,8 +90,8 @@ def our_table(record: dict[str, Any]) -> str:
             row = cell.get((variant, method))
             text = pct(row["overall"], row["overall_std"]) if row else "–"
             if row and row.get("epsilon") is not None:
-                note = f"; {row['epsilon_note']}" if row.get("epsilon_note") else ""
-                text += f" (ε {row['epsilon']:.2f}{note})"
+                notes = [n for n in (row.get("epsilon_note"), legacy_ledger_note(row)) if n]
+                text += f" (ε {row['epsilon']:.2f}{''.join('; ' + n for n in notes)})"
             cells.append(text)
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
