@@ -201,12 +201,13 @@ class RegionFed(Strategy):
         # or for an un-noised fallback the user explicitly allowed (dp.allow_unaccounted)
         measure = (self._uses_fallback or (self.config.track_val_accuracy
                                            and not self.dp.adds_noise))
-        if accuracy is None and measure:
+        released = accuracy is not None  # from the private release: noisy
+        if not released and measure:
             accuracy = yield from self._regional_accuracy()
         if accuracy is not None:
             if self._uses_fallback:
                 self.fallback.record(accuracy)
-            extra["val_accuracy_noisy" if self.private_selection else "val_accuracy"] = accuracy
+            extra["val_accuracy_noisy" if released else "val_accuracy"] = accuracy
         return {**log, "rho": rho, "strategy": chosen, **search_log, **extra}
 
     def _route(self, conflict: dict[str, float], regions: list[str], log: dict[str, Any]
