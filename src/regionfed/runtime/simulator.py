@@ -296,6 +296,9 @@ class Simulator:
     def _prepare_batched(self, instructions: list[TrainInstruction]) -> None:
         """Compute the exchange's plain ``train`` and ``gradient`` instructions as batched
         computations and leave each result with its client (see the module docstring)."""
+        # only clients with data train in a batch (not, e.g., an audit's canaries)
+        instructions = [ins for ins in instructions
+                        if isinstance(self.clients[ins.client_id], SimulatedClient)]
         train = [ins for ins in instructions if ins.kind == TRAIN]
         if len({ins.client_id for ins in train}) == len(train) > 1:
             clients = [self.clients[ins.client_id] for ins in train]
@@ -328,7 +331,8 @@ class Simulator:
         groups: dict[tuple[int, bool], list[int]] = {}
         for i, ins in enumerate(instructions):
             score = bool(ins.config.get("score"))
-            if ins.kind == EVALUATE and set(ins.config) <= {"score", "tag"}:
+            if ins.kind == EVALUATE and set(ins.config) <= {"score", "tag"} \
+                    and isinstance(self.clients[ins.client_id], SimulatedClient):
                 groups.setdefault((id(ins.params), score), []).append(i)
         can_split = type(self.task).split_predictions is not Task.split_predictions
         out: dict[int, ClientResult] = {}
