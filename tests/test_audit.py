@@ -49,3 +49,33 @@ def test_noise_scaled_down_behind_the_ledgers_back_is_caught(monkeypatch):
 def test_bad_audit_settings_are_config_errors(settings, config, message):
     with pytest.raises(ConfigError, match=message):
         run_audit(config, settings)
+
+
+def test_the_audit_command_prints_the_record_and_writes_its_report(tmp_path, capsys):
+    import json
+
+    from test_cli import SMALL, run_cli
+
+    out = tmp_path / "audit"
+    code, stdout, _ = run_cli(capsys, "audit", *SMALL, "--methods", "fedavg",
+                              "--rounds", "2", "--dp-sigma", "0", "--dp-clip", "1",
+                              "--canaries", "20", "--json", "--out", str(out))
+    assert code == 0
+    record = json.loads(stdout)["methods"]["fedavg"]
+    assert {"epsilon_accounted", "epsilon_estimate", "epsilon_lower_bound", "confidence",
+            "canaries", "per_region"} <= set(record)
+    assert record["canaries"] == 20 and "scores_inserted" not in record
+    assert {"audit.json", "audit.md", "audit.png"} <= {p.name for p in out.iterdir()}
+    assert "| fedavg | global | ∞ |" in (out / "audit.md").read_text()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--canaries", "0", "--dp-sigma", "1"], "--canaries"),
+    (["--dp-mode", "off"], "needs DP settings"),
+    (["--methods", "fedavg,nope", "--dp-sigma", "1"], "nope")])
+def test_bad_audit_input_is_one_error_line(args, message, capsys):
+    from test_cli import SMALL, run_cli
+
+    code, _, err = run_cli(capsys, "audit", *SMALL, *args)
+    assert code == 2 and err.startswith("error:") and message in err
+    assert len(err.strip().splitlines()) == 1

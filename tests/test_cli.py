@@ -103,7 +103,7 @@ def test_help_from_the_module_entry_point():
 
 
 @pytest.mark.parametrize("command", [["run"], ["compare"], ["privacy"], ["report"],
-                                     ["sweep"], ["predict"]])
+                                     ["sweep"], ["predict"], ["audit"]])
 def test_help_for_every_subcommand(command, capsys):
     with pytest.raises(SystemExit) as exc:
         main([*command, "--help"])

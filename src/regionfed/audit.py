@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from regionfed.config import RunConfig
 from regionfed.data.registry import build_federation
 from regionfed.errors import ConfigError
 from regionfed.experiment import build_strategy
+from regionfed.io import write_atomic, write_json
 from regionfed.models.registry import build_task
 from regionfed.privacy.audit import canary_scores, one_run_lower_bound, one_shot_epsilon
 from regionfed.privacy.ledger import PrivacyLedger
@@ -117,3 +119,67 @@ def _model_audit(scores: np.ndarray, inserted: np.ndarray, delta: float,
             "epsilon_lower_bound": one_run_lower_bound(inside, outside, delta, confidence),
             "scores_inserted": [float(x) for x in inside],
             "scores_held_out": [float(x) for x in outside]}
+
+
+def audit_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The record without the raw canary scores (``regionfed audit --json``)."""
+    def strip(entry: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in entry.items() if not k.startswith("scores")}
+
+    return {**{k: v for k, v in record.items() if k != "methods"},
+            "methods": {m: {**strip(r), "per_region": {g: strip(x) for g, x in
+                                                       r["per_region"].items()}}
+                        for m, r in record["methods"].items()}}
+
+
+def _eps(value: float | None, infinite: bool = False) -> str:
+    return "∞" if infinite or value is None else f"{value:.2f}"
+
+
+def audit_table(record: dict[str, Any]) -> str:
+    """A markdown table: per method and model, accounted ε, estimate, lower bound."""
+    lines = [f"Audit: σ = {record['sigma']}, C = {record['clip']}, q = "
+             f"{record['sample_rate']}, {record['rounds']} rounds, δ = {record['delta']}", "",
+             "| method | model | ε accounted | ε estimate (one-shot) | ε lower bound |",
+             "|---|---|---|---|---|"]
+    for method, r in record["methods"].items():
+        accounted = _eps(r["epsilon_accounted"])
+        rows = [("global", r), *r["per_region"].items()]
+        for model, entry in rows:
+            lines.append(f"| {method} | {model} | {accounted} | "
+                         f"{_eps(entry['epsilon_estimate'], entry['epsilon_estimate_infinite'])}"
+                         f" | {entry['epsilon_lower_bound']:.2f} |")
+    first = next(iter(record["methods"].values()))
+    lines += ["", f"{first['canaries']} canaries ({first['inserted']} inserted); lower bound "
+              f"at {first['confidence']:.0%} confidence. An estimate or bound above the "
+              "accounted ε means the code leaks more than the ledger says; below it is "
+              "evidence, not a proof."]
+    return "\n".join(lines)
+
+
+def write_audit(out: Path, record: dict[str, Any]) -> None:
+    """``audit.json`` (with the scores), ``audit.md`` and ``audit.png`` (the inserted and
+    held-out canaries' cosine distributions of each method's global model) in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "audit.json", record)
+    methods = record["methods"]
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.5 * len(methods), 3.2),
+                             squeeze=False)
+    for ax, (method, r) in zip(axes[0], methods.items(), strict=True):
+        ax.hist(r["scores_held_out"], bins=20, alpha=0.6, label="held out")
+        ax.hist(r["scores_inserted"], bins=20, alpha=0.6, label="inserted")
+        estimate = _eps(r["epsilon_estimate"], r["epsilon_estimate_infinite"])
+        ax.set_title(f"{method}: ε est {estimate} / accounted "
+                     f"{_eps(r['epsilon_accounted'])}", fontsize=9)
+        ax.set_xlabel("cos(canary direction, θ₀ − θ_T)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "audit.png", dpi=120)
+    plt.close(fig)
+    write_atomic(out / "audit.md", "# Privacy audit\n\n" + audit_table(record)
+                 + "\n\n![canary score distributions](audit.png)\n")
