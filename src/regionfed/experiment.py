@@ -33,7 +33,12 @@ from regionfed.errors import ConfigError, MethodNotApplicableError
 from regionfed.io import append_jsonl, save_checkpoint, write_atomic, write_json
 from regionfed.models.registry import build_task
 from regionfed.models.tasks import Task
-from regionfed.privacy.ledger import DETERMINISTIC_NOISE, PrivacyLedger, compute_epsilon
+from regionfed.privacy.ledger import (
+    DETERMINISTIC_NOISE,
+    PrivacyLedger,
+    compute_epsilon,
+    with_uncovered,
+)
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
 from regionfed.runtime.pooled import run_pooled
@@ -334,10 +339,10 @@ TUNING_UNACCOUNTED = ("hyper-parameters chosen by fair tuning on un-noised valid
 def with_unaccounted(record: dict[str, Any], what: str) -> dict[str, Any]:
     """A ``privacy.json`` record with one more choice ε does not cover."""
     listed = list(record.get("unaccounted", []))
-    if what not in listed:
-        listed.append(what)
-    return {**record, "unaccounted": listed,
-            "protects": record["protects"] + f"; NOT covered: {what}"}
+    if what in listed:
+        return record
+    return {**record, "unaccounted": [*listed, what],
+            "protects": with_uncovered(record["protects"], what)}
 
 
 def epsilon_note(privacy: list[dict[str, Any]]) -> str | None:

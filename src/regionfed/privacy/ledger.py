@@ -103,6 +103,11 @@ def _epsilon_cached(sigma: float, sample_rate: float, rounds: int, delta: float,
         return 0.0
     if sigma == 0.0:
         return math.inf
+    return _accountant_epsilon(dp_event(sigma, sample_rate, rounds), delta, accountant)
+
+
+def _accountant_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str) -> float:
+    """ε at δ of one dp-accounting event, by the PLD (our discretization) or RDP accountant."""
     from dp_accounting.pld import PLDAccountant
     from dp_accounting.rdp import RdpAccountant
 
@@ -112,7 +117,7 @@ def _epsilon_cached(sigma: float, sample_rate: float, rounds: int, delta: float,
     else:
         acc = RdpAccountant()
     with _quiet_absl():
-        acc.compose(dp_event(sigma, sample_rate, rounds))
+        acc.compose(event)
         return float(acc.get_epsilon(delta))
 
 
@@ -136,16 +141,10 @@ def composed_epsilon(compositions: Sequence[tuple[float, float, int]], delta: fl
     if any(s == 0.0 for _, s, _ in compositions):
         return math.inf
     import dp_accounting
-    from dp_accounting.pld import PLDAccountant
-    from dp_accounting.rdp import RdpAccountant
 
-    event = dp_accounting.ComposedDpEvent([dp_event(s, q, n) for q, s, n in compositions])
-    acc: dp_accounting.PrivacyAccountant = (
-        PLDAccountant(value_discretization_interval=PLD_VALUE_DISCRETIZATION)
-        if accountant == "pld" else RdpAccountant())
-    with _quiet_absl():
-        acc.compose(event)
-        return float(acc.get_epsilon(delta))
+    return _accountant_epsilon(
+        dp_accounting.ComposedDpEvent([dp_event(s, q, n) for q, s, n in compositions]),
+        delta, accountant)
 
 
 @contextlib.contextmanager
@@ -418,7 +417,7 @@ class PrivacyLedger:
             {"what": what, "epsilon": eps, "releases": count, "epsilon_total": eps * count}
             for (what, eps), count in self._ldp.items()
         ]
-        record = {
+        return {
             "mode": self.config.mode,
             "clip": self.config.clip,
             "sigma": self.config.sigma,
@@ -443,7 +442,6 @@ class PrivacyLedger:
             "ldp": ldp,
             "protects": self.protects,
         }
-        return record
 
     @property
     def noise_source(self) -> str:
@@ -465,9 +463,16 @@ class PrivacyLedger:
         if self.config.noise_seed is not None:
             sentence = (f"nothing yet: {DETERMINISTIC_NOISE} (the noise is a function of "
                         f"dp.noise_seed). With OS-entropy noise it would protect {sentence}")
-        if self.unaccounted:
-            sentence += ("; NOT covered: " + "; ".join(self.unaccounted))
+        for what in self.unaccounted:
+            sentence = with_uncovered(sentence, what)
         return sentence
+
+
+def with_uncovered(protects: str, what: str) -> str:
+    """A ``protects`` sentence that also names ``what`` among the choices ε does not cover
+    (``…; NOT covered: a; b``)."""
+    marker = "; NOT covered: "
+    return protects + ("; " if marker in protects else marker) + what
 
 
 def _key(event: ReleaseEvent) -> EventKey:
