@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -471,16 +472,13 @@ class RoundBudget:
         self.target = target
         self.ledger = ledger
         self.strategy = strategy
-        self.costliest: dict[Any, int] = {}
-        self.events: dict[Any, Any] = {}
-        self.stopped_at: int | None = None
+        #: release event → the largest number of it any round so far recorded
+        self.costliest: Counter[Any] = Counter()
 
     def exhausted_before(self, rnd: int, history: list[dict[str, Any]]) -> bool:
         if self.target is None or self.ledger is None or not self.costliest:
             return False
-        upcoming = [self.events[k] for k, n in self.costliest.items() for _ in range(n)]
-        if self.ledger.would_exceed(self.target, upcoming):
-            self.stopped_at = rnd
+        if self.ledger.would_exceed(self.target, list(self.costliest.elements())):
             if history:
                 history[-1]["budget_stop"] = (f"target epsilon {self.target} reached: "
                                               f"round {rnd} would exceed it")
@@ -489,12 +487,7 @@ class RoundBudget:
 
     def account(self, rnd: int, events: list[Any]) -> None:
         self.ledger.record_round(events)
-        counts: dict[Any, int] = {}
-        for event in events:
-            counts[event] = counts.get(event, 0) + 1
-            self.events[event] = event
-        for event, n in counts.items():
-            self.costliest[event] = max(self.costliest.get(event, 0), n)
+        self.costliest |= Counter(events)  # | keeps the larger count of each event
         if self.target is not None and self.ledger.epsilon() > self.target:
             raise PrivacyBudgetError(
                 f"round {rnd} of {self.strategy.name} would take epsilon to "
