@@ -27,7 +27,7 @@ from regionfed.errors import ConfigError
 from regionfed.experiment import build_strategy
 from regionfed.io import write_atomic, write_json
 from regionfed.models.registry import build_task
-from regionfed.privacy.audit import canary_scores, one_run_lower_bound, one_shot_epsilon
+from regionfed.privacy.audit import canary_score_table, one_run_lower_bound, one_shot_epsilon
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.canaries import add_canaries
 from regionfed.runtime.evaluation import FederationEvaluator
@@ -85,18 +85,19 @@ def run_audit(config: RunConfig, settings: AuditSettings, seed: int = 0) -> dict
         add_canaries(simulator, settings.audit_seed, chosen, [regions[i] for i in chosen],
                      CANARY_SCALE * config.dp.clip)
         run = simulator.run(strategy, ledger=ledger)
-        scores = canary_scores(settings.audit_seed, range(settings.canaries), start,
-                               run.final_params)
-        record = _model_audit(scores, inserted, config.dp.delta, settings.confidence)
+        # every canary against the global model (row 0) and each region's model (row 1 + k)
+        table = canary_score_table(
+            settings.audit_seed, range(settings.canaries), start,
+            [run.final_params, *(run.regional_params.get(r, run.final_params)
+                                 for r in federation.regions)])
+        record = _model_audit(table[0], inserted, config.dp.delta, settings.confidence)
         per_region = {}
-        for region in federation.regions:
+        for k, region in enumerate(federation.regions):
             mine = np.array([r == region for r in regions])
             if mine.sum() < 4:
                 continue
-            model = run.regional_params.get(region, run.final_params)
-            regional = canary_scores(settings.audit_seed, np.flatnonzero(mine), start, model)
-            per_region[region] = _model_audit(regional, inserted[mine], config.dp.delta,
-                                              settings.confidence)
+            per_region[region] = _model_audit(table[1 + k][mine], inserted[mine],
+                                              config.dp.delta, settings.confidence)
         privacy = ledger.to_dict()
         out[method] = {
             "epsilon_accounted": privacy["epsilon_pld"],

@@ -29,8 +29,8 @@ import torch
 
 from regionfed.errors import ConfigError
 
-__all__ = ["GUESS_FRACTIONS", "canary_direction", "canary_scores", "one_run_lower_bound",
-           "one_shot_epsilon"]
+__all__ = ["GUESS_FRACTIONS", "canary_direction", "canary_score_table", "canary_scores",
+           "one_run_lower_bound", "one_shot_epsilon"]
 
 #: the shares of canaries guessed "inserted" (top scores) that the lower bound tries
 GUESS_FRACTIONS = (0.05, 0.1, 0.25, 0.5)
@@ -55,12 +55,20 @@ def canary_direction(seed: int, index: int, dim: int) -> torch.Tensor:
 def canary_scores(seed: int, indices: Sequence[int], before: torch.Tensor,
                   after: torch.Tensor) -> np.ndarray:
     """cos(u_i, θ_before − θ_after) for every canary index i; 0 where nothing moved."""
-    moved = (before.double() - after.double()).reshape(-1)
-    norm = float(torch.linalg.vector_norm(moved))
-    if norm == 0.0:
-        return np.zeros(len(indices))
-    return np.array([float(canary_direction(seed, i, moved.numel()).double() @ moved) / norm
-                     for i in indices])
+    return canary_score_table(seed, indices, before, [after])[0]
+
+
+def canary_score_table(seed: int, indices: Sequence[int], before: torch.Tensor,
+                       afters: Sequence[torch.Tensor]) -> np.ndarray:
+    """:func:`canary_scores` for several final models at once (rows: models, columns:
+    canaries), generating each canary's direction once."""
+    moved = torch.stack([(before.double() - a.double()).reshape(-1) for a in afters])
+    norms = torch.linalg.vector_norm(moved, dim=1)
+    unit = moved / torch.where(norms > 0, norms, torch.ones_like(norms))[:, None]
+    table = np.zeros((len(afters), len(indices)))
+    for column, i in enumerate(indices):
+        table[:, column] = (unit @ canary_direction(seed, i, moved.shape[1]).double()).numpy()
+    return table
 
 
 def one_shot_epsilon(inserted: Sequence[float], held_out: Sequence[float],
