@@ -1,14 +1,19 @@
 """``regionfed audit``: measure the privacy a run actually delivers (docs/privacy.md, "Audit").
 
-Each configured method is trained once, in-process, with canary clients added to the
-federation (:mod:`regionfed.runtime.canaries`): of M canaries, each is inserted with
-probability ½ (the audit's own seeded coin), in every region round-robin or in one chosen
-region. After training, every canary — inserted or not — is scored by the cosine between
-its direction and what the model moved (:func:`regionfed.privacy.audit.canary_scores`), for
-the global model and for each region's model (that region's canaries). Reported per model:
-the ledger's ε, Andrew et al.'s one-shot ε estimate and Steinke et al.'s lower bound at the
-stated confidence (:mod:`regionfed.privacy.audit`). Neither is a proof: an estimate above
-the accounted ε, or a lower bound above it, means the code leaks more than the ledger says.
+Each configured method is trained once (in-process or on Flower's simulation runtime) with
+canary clients added to the federation (:mod:`regionfed.runtime.canaries`): of M canaries,
+each is inserted with probability ½ (the audit's own seeded coin), in every region
+round-robin or in one chosen region. After training, every canary — inserted or not — is
+scored by the cosine between its direction and what the model moved
+(:func:`regionfed.privacy.audit.canary_scores`), for the global model and for each regional
+model the method has (that region's canaries). Reported per model: the ledger's ε, Andrew
+et al.'s one-shot ε estimate and Steinke et al.'s lower bound (:mod:`regionfed.privacy.audit`).
+
+The stated confidence is family-wise: an audit makes two claims per model (estimate's lower
+end, lower bound), so each is made at 1 − (1 − P)/(number of claims) (Bonferroni), and a
+correct mechanism is flagged by any of them with probability at most 1 − P. Neither
+statistic is a proof: one above the accounted ε means the code leaks more than the ledger
+says; at or below it is evidence, not a guarantee.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.registry import get_method
 from regionfed.config import RunConfig
 from regionfed.data.registry import build_federation
@@ -27,15 +33,22 @@ from regionfed.errors import ConfigError
 from regionfed.experiment import build_strategy
 from regionfed.io import write_atomic, write_json
 from regionfed.models.registry import build_task
-from regionfed.privacy.audit import canary_score_table, one_run_lower_bound, one_shot_epsilon
+from regionfed.privacy.audit import (
+    canary_score_table,
+    null_std,
+    one_run_lower_bound,
+    one_shot_estimate,
+)
 from regionfed.privacy.ledger import PrivacyLedger
-from regionfed.runtime.canaries import add_canaries
+from regionfed.runtime.canaries import CanaryLayout, add_canaries
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import get_flat
-from regionfed.runtime.simulator import Simulator
+from regionfed.runtime.simulator import FederatedRun, Simulator, regional_models
 
 #: a canary's raw update is this many clip norms long, so clipping is exercised
 CANARY_SCALE = 2.0
+#: a regional model is audited when its region has at least this many canaries
+MIN_REGION_CANARIES = 4
 
 
 @dataclass(frozen=True)
@@ -58,8 +71,9 @@ class AuditSettings:
         if config.dp.mode == "off":
             raise ConfigError("the audit needs DP settings (dp.mode user or region; "
                               "--dp-sigma 0 is the no-noise calibration case)")
-        if config.runtime != "inprocess":
-            raise ConfigError("the audit runs in-process (runtime: inprocess)")
+        if config.runtime not in ("inprocess", "flower-sim"):
+            raise ConfigError("the audit runs in-process or on Flower's simulation runtime "
+                              f"(--runtime inprocess or flower-sim), not {config.runtime}")
 
 
 def run_audit(config: RunConfig, settings: AuditSettings, seed: int = 0) -> dict[str, Any]:
@@ -70,56 +84,90 @@ def run_audit(config: RunConfig, settings: AuditSettings, seed: int = 0) -> dict
         if get_method(method).kind != "federated":
             raise ConfigError(f"{method} is not a federated method: nothing to audit")
     task = build_task(config.model, federation)
-    evaluator = FederationEvaluator(task, federation)
+    start = get_flat(task.build_model(seed)).clone()
+    dim = start.numel()
     rng = np.random.default_rng(settings.audit_seed)
     inserted = rng.random(settings.canaries) < 0.5
     regions = [settings.region or federation.regions[i % len(federation.regions)]
                for i in range(settings.canaries)]
-    out: dict[str, Any] = {}
+    chosen = [i for i in range(settings.canaries) if inserted[i]]
+    layout = CanaryLayout(settings.audit_seed, tuple(chosen),
+                          tuple(regions[i] for i in chosen), CANARY_SCALE * config.dp.clip)
+    trained = []
     for method in config.methods:
-        strategy = build_strategy(method, config)
-        ledger = PrivacyLedger(config.dp, config.training.sample_rate)
-        simulator = Simulator(federation, task, config.training, seed, evaluator)
-        start = get_flat(simulator.model).clone()
-        chosen = [i for i in range(settings.canaries) if inserted[i]]
-        add_canaries(simulator, settings.audit_seed, chosen, [regions[i] for i in chosen],
-                     CANARY_SCALE * config.dp.clip)
-        run = simulator.run(strategy, ledger=ledger)
-        # every canary against the global model (row 0) and each region's model (row 1 + k)
-        table = canary_score_table(
-            settings.audit_seed, range(settings.canaries), start,
-            [run.final_params, *(run.regional_params.get(r, run.final_params)
-                                 for r in federation.regions)])
-        record = _model_audit(table[0], inserted, config.dp.delta, settings.confidence)
-        per_region = {}
-        for k, region in enumerate(federation.regions):
-            mine = np.array([r == region for r in regions])
-            if mine.sum() < 4:
-                continue
-            per_region[region] = _model_audit(table[1 + k][mine], inserted[mine],
-                                              config.dp.delta, settings.confidence)
-        privacy = ledger.to_dict()
+        run, strategy, privacy = _train(config, method, seed, federation, task, layout)
+        # what is scored: the global model, and the model each region is served where the
+        # method has regional models (also a region it kept on the global model)
+        served = regional_models(strategy, unchanged=True)
+        models: dict[str | None, Any] = {None: run.final_params,  # None: the global model
+                  **{r: served[r] for r in federation.regions
+                     if r in served and sum(g == r for g in regions) >= MIN_REGION_CANARIES}}
+        table = canary_score_table(settings.audit_seed, range(settings.canaries), start,
+                                   list(models.values()))
+        trained.append((method, run, privacy, dict(zip(models, table, strict=True))))
+    claims = 2 * sum(len(scores) for *_, scores in trained)
+    level = 1.0 - (1.0 - settings.confidence) / claims
+    out: dict[str, Any] = {}
+    for method, run, privacy, scores in trained:
+        audits = {}
+        for model, row in scores.items():
+            mine = (np.ones(settings.canaries, bool) if model is None
+                    else np.array([r == model for r in regions]))
+            audits[model] = _model_audit(row[mine], inserted[mine], dim, config.dp.delta,
+                                         level)
         out[method] = {
-            "epsilon_accounted": privacy["epsilon_pld"],
-            **record, "confidence": settings.confidence, "canaries": settings.canaries,
-            "inserted": int(inserted.sum()), "per_region": per_region,
-            "test_overall": run.test["overall"], "noise": privacy["noise"]}
-    return {"methods": out, "delta": config.dp.delta, "sigma": config.dp.sigma,
-            "clip": config.dp.clip, "sample_rate": config.training.sample_rate,
-            "rounds": config.training.rounds}
+            "epsilon_accounted": privacy["epsilon_pld"], **audits.pop(None),
+            "confidence": settings.confidence, "confidence_per_claim": level,
+            "canaries": settings.canaries, "inserted": int(inserted.sum()),
+            "per_region": audits, "test_overall": run.test["overall"],
+            "noise": privacy["noise"]}
+    return {"methods": out, "runtime": config.runtime, "delta": config.dp.delta,
+            "sigma": config.dp.sigma, "clip": config.dp.clip,
+            "sample_rate": config.training.sample_rate, "rounds": config.training.rounds,
+            "dim": int(dim)}
 
 
-def _model_audit(scores: np.ndarray, inserted: np.ndarray, delta: float,
+def _train(config: RunConfig, method: str, seed: int, federation: Any, task: Any,
+           layout: CanaryLayout) -> tuple[FederatedRun, Strategy, dict[str, Any]]:
+    """One training run of ``method`` with the layout's canaries on the configured runtime;
+    (the run, the trained strategy, its privacy record)."""
+    if config.runtime == "flower-sim":
+        from regionfed.runtime.flower.simulation import run_flower_simulation
+
+        run, strategy, ledger = run_flower_simulation(
+            config, method, seed, len(federation.clients), canaries=layout)
+        return run, strategy, ledger.to_dict()
+    strategy = build_strategy(method, config)
+    ledger = PrivacyLedger(config.dp, config.training.sample_rate)
+    simulator = Simulator(federation, task, config.training, seed,
+                          FederationEvaluator(task, federation))
+    add_canaries(simulator, layout)
+    return simulator.run(strategy, ledger=ledger), strategy, ledger.to_dict()
+
+
+def _model_audit(scores: np.ndarray, inserted: np.ndarray, dim: int, delta: float,
                  confidence: float) -> dict[str, Any]:
     inside, outside = scores[inserted], scores[~inserted]
-    estimate = (one_shot_epsilon(inside, outside, delta)
-                if inside.size >= 2 and outside.size >= 2 else None)
-    return {"epsilon_estimate": None if estimate is None or math.isinf(estimate)
-            else estimate,
-            "epsilon_estimate_infinite": estimate is not None and math.isinf(estimate),
+    entry: dict[str, Any] = {"epsilon_estimate": None, "epsilon_estimate_point": None,
+                             "epsilon_estimate_upper": None, "mu": None}
+    if inside.size >= 2:
+        estimate = one_shot_estimate(inside, null_std(dim), delta, confidence)
+        entry = {"epsilon_estimate": _finite(estimate.epsilon),
+                 "epsilon_estimate_point": _finite(estimate.epsilon_point),
+                 "epsilon_estimate_upper": _finite(estimate.epsilon_upper),
+                 "mu": estimate.mu, "mu_std_error": estimate.mu_std_error}
+    return {**entry,
             "epsilon_lower_bound": one_run_lower_bound(inside, outside, delta, confidence),
+            # the held-out canaries' spread in null units: ≈ 1 when the null is right
+            "held_out_std_in_null_units": (float(outside.std(ddof=1)) / null_std(dim)
+                                           if outside.size >= 2 else None),
             "scores_inserted": [float(x) for x in inside],
             "scores_held_out": [float(x) for x in outside]}
+
+
+def _finite(value: float) -> float | str:
+    """JSON has no ∞: an infinite ε is written as the string "inf"."""
+    return "inf" if math.isinf(value) else value
 
 
 def audit_summary(record: dict[str, Any]) -> dict[str, Any]:
@@ -133,28 +181,59 @@ def audit_summary(record: dict[str, Any]) -> dict[str, Any]:
                         for m, r in record["methods"].items()}}
 
 
-def _eps(value: float | None, infinite: bool = False) -> str:
-    return "∞" if infinite or value is None else f"{value:.2f}"
+def _eps(value: float | str | None, missing: str = "–") -> str:
+    """An ε for a table: "inf" (or an accounted ε of None: no noise) is ∞."""
+    if value is None:
+        return missing
+    return "∞" if value == "inf" else f"{value:.2f}"
+
+
+def _above(value: float | str | None, accounted: float | None) -> bool:
+    if value is None or accounted is None:  # nothing measured, or nothing promised (σ = 0)
+        return False
+    return value == "inf" or float(value) > accounted
+
+
+def audit_findings(record: dict[str, Any]) -> list[str]:
+    """One line per model whose estimate (lower end) or lower bound exceeds the accounted
+    ε: the code leaks more than the ledger says. Empty when nothing was found."""
+    findings = []
+    for method, r in record["methods"].items():
+        accounted = r["epsilon_accounted"]
+        for model, entry in [("global", r), *r["per_region"].items()]:
+            for key, label in (("epsilon_estimate", "one-shot estimate"),
+                               ("epsilon_lower_bound", "lower bound")):
+                if _above(entry[key], accounted):
+                    findings.append(f"{method} ({model} model): {label} "
+                                    f"{_eps(entry[key])} > accounted ε {accounted:.2f}")
+    return findings
 
 
 def audit_table(record: dict[str, Any]) -> str:
     """A markdown table: per method and model, accounted ε, estimate, lower bound."""
+    first = next(iter(record["methods"].values()))
+    level = f"{first['confidence']:.0%}"
     lines = [f"Audit: σ = {record['sigma']}, C = {record['clip']}, q = "
              f"{record['sample_rate']}, {record['rounds']} rounds, δ = {record['delta']}", "",
-             "| method | model | ε accounted | ε estimate (one-shot) | ε lower bound |",
-             "|---|---|---|---|---|"]
+             f"| method | model | ε accounted | ε estimate ({level} lower end) | "
+             f"point estimate | upper end | ε lower bound ({level}) |",
+             "|---|---|---|---|---|---|---|"]
     for method, r in record["methods"].items():
-        accounted = _eps(r["epsilon_accounted"])
-        rows = [("global", r), *r["per_region"].items()]
-        for model, entry in rows:
+        accounted = _eps(r["epsilon_accounted"], missing="∞")
+        for model, entry in [("global", r), *r["per_region"].items()]:
             lines.append(f"| {method} | {model} | {accounted} | "
-                         f"{_eps(entry['epsilon_estimate'], entry['epsilon_estimate_infinite'])}"
-                         f" | {entry['epsilon_lower_bound']:.2f} |")
-    first = next(iter(record["methods"].values()))
-    lines += ["", f"{first['canaries']} canaries ({first['inserted']} inserted); lower bound "
-              f"at {first['confidence']:.0%} confidence. An estimate or bound above the "
-              "accounted ε means the code leaks more than the ledger says; below it is "
-              "evidence, not a proof."]
+                         f"{_eps(entry['epsilon_estimate'])} | "
+                         f"{_eps(entry['epsilon_estimate_point'])} | "
+                         f"{_eps(entry['epsilon_estimate_upper'])} | "
+                         f"{entry['epsilon_lower_bound']:.2f} |")
+    findings = audit_findings(record)
+    lines += ["", f"{first['canaries']} canaries ({first['inserted']} inserted); {level} is "
+              "family-wise: each of the table's claims is made at "
+              f"{first['confidence_per_claim']:.2%}. An estimate (lower end) or bound above "
+              "the accounted ε means the code leaks more than the ledger says; below it is "
+              "evidence, not a proof.", "",
+              ("**Leak found:** " + "; ".join(findings)) if findings else
+              "Nothing above the accounted ε."]
     return "\n".join(lines)
 
 
@@ -172,11 +251,14 @@ def write_audit(out: Path, record: dict[str, Any]) -> None:
     fig, axes = plt.subplots(1, len(methods), figsize=(4.5 * len(methods), 3.2),
                              squeeze=False)
     for ax, (method, r) in zip(axes[0], methods.items(), strict=True):
-        ax.hist(r["scores_held_out"], bins=20, alpha=0.6, label="held out")
-        ax.hist(r["scores_inserted"], bins=20, alpha=0.6, label="inserted")
-        estimate = _eps(r["epsilon_estimate"], r["epsilon_estimate_infinite"])
-        ax.set_title(f"{method}: ε est {estimate} / accounted "
-                     f"{_eps(r['epsilon_accounted'])}", fontsize=9)
+        ax.hist(r["scores_held_out"], bins=20, alpha=0.6, density=True, label="held out")
+        ax.hist(r["scores_inserted"], bins=20, alpha=0.6, density=True, label="inserted")
+        std = null_std(record["dim"])
+        grid = np.linspace(-4 * std, 4 * std, 200)
+        ax.plot(grid, np.exp(-0.5 * (grid / std) ** 2) / (std * math.sqrt(2 * math.pi)),
+                "k--", linewidth=1, label="null N(0, 1/d)")
+        ax.set_title(f"{method}: ε est {_eps(r['epsilon_estimate'])} / accounted "
+                     f"{_eps(r['epsilon_accounted'], missing='∞')}", fontsize=9)
         ax.set_xlabel("cos(canary direction, θ₀ − θ_T)")
         ax.legend(fontsize=8)
     fig.tight_layout()

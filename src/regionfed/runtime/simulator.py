@@ -496,13 +496,15 @@ class RoundBudget:
                 "sigma or the target")
 
 
-def regional_models(strategy: Strategy) -> dict[str, torch.Tensor]:
+def regional_models(strategy: Strategy, *, unchanged: bool = False
+                    ) -> dict[str, torch.Tensor]:
     """Per region, the parameters its (first) client is evaluated with — the regional model
-    of a region-personalized strategy — where they differ from the global model. Regions
-    evaluated with an ensemble, or per client (a client-personalized strategy whose clients
-    of one region get different models), are left out."""
+    of a region-personalized strategy — where they differ from the global model (every
+    region with ``unchanged``; none for a strategy that serves every region the global
+    model). Regions evaluated with an ensemble, or per client (a client-personalized
+    strategy whose clients of one region get different models), are left out."""
     models: dict[str, torch.Tensor] = {}
-    if strategy.evaluates_on_client:
+    if strategy.evaluates_on_client or type(strategy).eval_params is Strategy.eval_params:
         return models
     for region in strategy.view.regions:
         clients = strategy.view.clients_in(region)
@@ -511,6 +513,6 @@ def regional_models(strategy: Strategy) -> dict[str, torch.Tensor]:
             continue
         if len(params) == 2 and not torch.equal(params[0], params[1]):
             continue
-        if not torch.equal(params[0], strategy.params):
+        if unchanged or not torch.equal(params[0], strategy.params):
             models[region] = params[0].clone()
     return models

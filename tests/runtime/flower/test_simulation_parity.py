@@ -11,10 +11,6 @@ pytest.importorskip("flwr")
 pytest.importorskip("ray")
 
 from regionfed.config import build_config  # noqa: E402
-from regionfed.data.registry import build_federation  # noqa: E402
-from regionfed.experiment import build_strategy  # noqa: E402
-from regionfed.models.registry import build_task  # noqa: E402
-from regionfed.runtime.simulator import Simulator  # noqa: E402
 
 CONFIG = {"data": {"num_queries": 480, "num_regions": 2, "clients_per_region": 2,
                    "vocab_size": 1000},
@@ -39,30 +35,26 @@ def flower_env(monkeypatch):
     shutil.rmtree(home, ignore_errors=True)
 
 
-def test_flower_simulation_matches_the_in_process_simulator():
-    """fedavg through ``make_apps`` + ``run_simulation`` (RegionFed: through the CLI below)."""
-    from flwr.simulation import run_simulation
+def test_an_audit_on_flower_sim_matches_the_in_process_audit():
+    """fedavg through ``run_flower_simulation`` with an audit's canaries, each one more
+    SuperNode running the ClientApp (RegionFed: through the CLI below): the same global
+    model, canary scores and test score as in process, and no canary is scored."""
+    from regionfed.audit import AuditSettings, run_audit
 
-    from regionfed.runtime.flower.app import make_apps
-
-    method = "fedavg"
-    config = build_config({**CONFIG, "methods": [method]})
-    captured = {}
-
-    def keep(run, strategy, ledger):
-        captured["run"], captured["strategy"] = run, strategy
-
-    server, client = make_apps(config.to_yaml(), method, 0, on_result=keep)
-    run_simulation(server_app=server, client_app=client, num_supernodes=4,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
-    federation = build_federation(config.dataset, config.data)
-    task = build_task(config.model, federation)
-    strategy = build_strategy(method, config)
-    local = Simulator(federation, task, config.training, 0).run(strategy)
-    flower = captured["run"]
-    assert torch.allclose(flower.final_params, local.final_params, atol=1e-5)
-    assert flower.test["overall"] == pytest.approx(local.test["overall"], abs=1e-3)
-    assert set(flower.test["per_region"]) == set(federation.regions)
+    config = build_config({**CONFIG, "methods": ["fedavg"],
+                           "training": {**CONFIG["training"], "sample_rate": 0.5},
+                           "dp": {"mode": "user", "sigma": 0.0, "clip": 1.0,
+                                  "noise_seed": 0}})  # σ = 0: nothing random but sampling
+    settings = AuditSettings(canaries=12)
+    records = {runtime: run_audit(config.model_copy(update={"runtime": runtime}), settings)
+               for runtime in ("flower-sim", "inprocess")}
+    flower, local = (records[r]["methods"]["fedavg"] for r in ("flower-sim", "inprocess"))
+    assert records["flower-sim"]["runtime"] == "flower-sim"
+    assert flower["inserted"] == local["inserted"] > 0
+    for key in ("scores_inserted", "scores_held_out"):
+        assert flower[key] == pytest.approx(local[key], abs=1e-4)
+    assert flower["test_overall"] == pytest.approx(local["test_overall"], abs=1e-3)
+    assert flower["epsilon_estimate_point"] == "inf" or flower["epsilon_estimate_point"] > 3
 
 
 def test_the_cli_runs_regionfed_on_flower_sim_like_in_process(tmp_path, capsys):

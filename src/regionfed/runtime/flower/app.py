@@ -15,6 +15,7 @@ from regionfed.algorithms.base import Strategy
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.flower import require_flwr
 from regionfed.runtime.flower.node import (
+    CANARIES_KEY,
     build_node,
     evaluation_counts,
     handle_instruction,
@@ -37,9 +38,11 @@ def make_client_app(defaults: dict[str, Any] | None = None):  # -> flwr.clientap
 
     @app.query()
     def describe(message: Message, context: Any) -> Message:
-        client = node_of(context).client
+        node = node_of(context)
+        client = node.client
         info = ConfigRecord({"client_id": client.client_id, "region": client.region,
-                             "index": client.index, "num_examples": client.num_examples})
+                             "index": client.index, "num_examples": client.num_examples,
+                             "canary": node.is_canary})
         return Message(RecordDict({"client": info}), reply_to=message)
 
     @app.train("regionfed")
@@ -111,9 +114,14 @@ def log_round(entry: dict[str, Any]) -> None:
         entry.get("train_loss"), "-" if val is None else f"{val:.4f}")
 
 
-def make_apps(config_yaml: str, method: str, seed: int, **server_options: Any):
-    """(ServerApp, ClientApp) with the run's settings baked in (simulation runtime)."""
-    defaults = {"regionfed-config": config_yaml, "method": method, "seed": seed}
+def make_apps(config_yaml: str, method: str, seed: int, canaries: str | None = None,
+              **server_options: Any):
+    """(ServerApp, ClientApp) with the run's settings baked in (simulation runtime);
+    ``canaries``: an audit's :class:`~regionfed.runtime.canaries.CanaryLayout` as JSON."""
+    defaults: dict[str, Any] = {"regionfed-config": config_yaml, "method": method,
+                                "seed": seed}
+    if canaries:
+        defaults[CANARIES_KEY] = canaries
     return make_server_app(defaults, **server_options), make_client_app(defaults)
 
 

@@ -3,7 +3,9 @@
 A node holds one client of the run's benchmark, chosen by its node config:
 
 * simulation runtime: ``partition-id`` = the client's index in the federation (its region
-  follows from the federation: partition → region);
+  follows from the federation: partition → region); under ``regionfed audit`` the
+  partitions after the federation's clients are the inserted canaries of the run config's
+  ``regionfed-canaries`` layout (:mod:`regionfed.runtime.canaries`);
 * Deployment Engine: ``region="eu"`` and ``client-index=k`` (the k-th client of that region;
   default 0), optionally ``data-path="…"``: this machine's copy of the dataset file (it
   replaces the run's ``data.path``; every node must read the same file content, because the
@@ -32,6 +34,7 @@ from regionfed.config import RunConfig, TrainingConfig, build_config, parse_yaml
 from regionfed.data.federation import ClientData, Federation
 from regionfed.errors import ConfigError, DataError
 from regionfed.models.tasks import Task
+from regionfed.runtime.canaries import CanaryClient, CanaryLayout
 from regionfed.runtime.flower.codec import (
     pack_values,
     unpack_values,
@@ -41,6 +44,7 @@ from regionfed.runtime.simulator import SimulatedClient
 
 #: run-config keys (Flower run config values must be scalars)
 CONFIG_KEY, METHOD_KEY, SEED_KEY = "regionfed-config", "method", "seed"
+CANARIES_KEY = "regionfed-canaries"
 STATE_KEY = "regionfed-client"
 
 
@@ -60,10 +64,14 @@ class Node:
     federation: Federation
     task: Task
     strategy: Strategy
-    client: SimulatedClient
+    client: SimulatedClient | CanaryClient
+
+    @property
+    def is_canary(self) -> bool:
+        return isinstance(self.client, CanaryClient)
 
 
-_CACHE: dict[tuple[str, str, int, int], Node] = {}
+_CACHE: dict[tuple[str, str, int, int, str], Node] = {}
 
 
 def run_settings(run_config: dict[str, Any]) -> tuple[str, str, int]:
@@ -78,8 +86,10 @@ def load_run_config(text: str) -> RunConfig:
     return build_config(parse_yaml(text))
 
 
-def client_index(federation: Federation, node_config: dict[str, Any]) -> int:
-    """The federation index of this node's client (module docstring)."""
+def client_index(federation: Federation, node_config: dict[str, Any], canaries: int = 0
+                 ) -> int:
+    """The federation index of this node's client (module docstring); a simulation
+    partition may also be one of ``canaries`` canaries after the clients."""
     if "region" in node_config:
         region = str(node_config["region"])
         members = [i for i, c in enumerate(federation.clients) if c.region == region]
@@ -93,9 +103,10 @@ def client_index(federation: Federation, node_config: dict[str, Any]) -> int:
         return members[k]
     if "partition-id" in node_config:
         index = int(node_config["partition-id"])
-        if not 0 <= index < len(federation.clients):
+        if not 0 <= index < len(federation.clients) + canaries:
             raise DataError(f"partition-id {index}: the federation has "
-                            f"{len(federation.clients)} clients")
+                            f"{len(federation.clients)} clients"
+                            + (f" and {canaries} canaries" if canaries else ""))
         return index
     raise ConfigError("a regionfed node needs region=\"…\" (and client-index) or a "
                       "partition-id in its node config")
@@ -121,11 +132,21 @@ def build_node(run_config: dict[str, Any], node_config: dict[str, Any]) -> Node:
     text, method, seed = run_settings(run_config)
     config = with_node_data(load_run_config(text), node_config)
     federation = build_federation(config.dataset, config.data)
-    index = client_index(federation, node_config)
-    key = (text, method, seed, index)
-    if key not in _CACHE:
-        task = build_task(config.model, federation)
-        model = task.build_model(seed)
+    layout = (CanaryLayout.from_json(str(run_config[CANARIES_KEY]))
+              if run_config.get(CANARIES_KEY) else None)
+    index = client_index(federation, node_config,
+                         len(layout.indices) if layout is not None else 0)
+    key = (text, method, seed, index, str(run_config.get(CANARIES_KEY) or ""))
+    if key in _CACHE:
+        return _CACHE[key]
+    task = build_task(config.model, federation)
+    model = task.build_model(seed)
+    if layout is not None and index >= len(federation.clients):
+        canary = layout.client(index - len(federation.clients),
+                               sum(p.numel() for p in model.parameters()), task.num_classes,
+                               config.training, index)
+        _CACHE[key] = Node(config, federation, task, build_strategy(method, config), canary)
+    else:
         data: ClientData = federation.clients[index]
         runner = NodeRunner(task, model, config.training, seed)
         client = SimulatedClient(data.client_id, data.region, index, len(data.train), data,
@@ -188,6 +209,9 @@ def evaluation_counts(node: Node, params: torch.Tensor, split: str, on_client: b
 def score_counts(node: Node, params: torch.Tensor, split: str) -> dict[str, float]:
     """The additive metric statistics of ``params`` on this client's ``split``
     (:meth:`Task.score_counts`): what the server pools, instead of labels."""
+    if node.is_canary:
+        raise DataError(f"{node.client.client_id} is an audit canary: it holds no data to "
+                        "score")
     dataset = node.client.data.split(split)
     model = set_flat(node.client.runner.model, params)
     return node.task.score_counts(node.task.predict(model, dataset), dataset)

@@ -17,7 +17,7 @@ per region and overall — no label leaves a node.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ class NodeInfo:
     region: str
     index: int
     num_examples: int
+    canary: bool = False  # an audit's canary: trained like a client, never scored
 
 
 class FlowerDriver:
@@ -63,6 +64,15 @@ class FlowerDriver:
             parameter_groups=declared_blocks(task, self.model),
         )
         self.node_of = {n.client_id: n.node_id for n in self.nodes}
+        canaries = {n.client_id for n in self.nodes if n.canary}
+        # what is scored: the federation's clients, never an audit's canaries
+        self.scored = [n for n in self.nodes if not n.canary]
+        self.scored_view = replace(
+            self.view,
+            client_region={c: r for c, r in self.view.client_region.items()
+                           if c not in canaries},
+            num_examples={c: k for c, k in self.view.num_examples.items()
+                          if c not in canaries})
 
     # -- messaging -----------------------------------------------------------------------
     def _send(self, messages: list[Any]) -> list[Any]:
@@ -94,7 +104,8 @@ class FlowerDriver:
         for node_id, reply in zip(node_ids, replies, strict=True):
             info = reply.content["client"]
             nodes.append(NodeInfo(node_id, str(info["client_id"]), str(info["region"]),
-                                  int(info["index"]), int(info["num_examples"])))
+                                  int(info["index"]), int(info["num_examples"]),
+                                  bool(info.get("canary", False))))
         clients = [n.client_id for n in nodes]
         if len(set(clients)) != len(clients):
             raise RuntimeError("two Flower nodes hold the same client; give each node its own "
@@ -148,7 +159,7 @@ class FlowerDriver:
         from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
         messages = []
-        for node in self.nodes:
+        for node in self.scored:
             # a client-personalized model is made on its node, from the global model and
             # the client's private state
             params = (strategy.params if strategy.evaluates_on_client else
@@ -164,8 +175,8 @@ class FlowerDriver:
             messages.append(Message(content, dst_node_id=node.node_id,
                                     message_type=SCORE_TYPE))
         counts = {node.client_id: dict(reply.content["counts"])
-                  for node, reply in zip(self.nodes, self._send(messages), strict=True)}
-        return pooled_scores(self.task, self.view, counts)
+                  for node, reply in zip(self.scored, self._send(messages), strict=True)}
+        return pooled_scores(self.task, self.scored_view, counts)
 
 
 def pooled_scores(task: Any, view: FederationView, counts: dict[str, dict[str, float]]

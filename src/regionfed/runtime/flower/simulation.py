@@ -7,15 +7,18 @@ from collections.abc import Callable
 from typing import Any
 
 from regionfed.algorithms.base import Strategy
+from regionfed.runtime.canaries import CanaryLayout
 from regionfed.runtime.flower import flower_state, require_flwr
 from regionfed.runtime.simulator import FederatedRun
 
 
 def run_flower_simulation(config: Any, method: str, seed: int, num_clients: int,
-                          on_round: Callable[[dict[str, Any]], None] | None = None
+                          on_round: Callable[[dict[str, Any]], None] | None = None,
+                          canaries: CanaryLayout | None = None
                           ) -> tuple[FederatedRun, Strategy, Any]:
-    """Run ``method`` with ``seed`` on ``num_clients`` simulated SuperNodes; returns the run,
-    the server's strategy object and its privacy ledger."""
+    """Run ``method`` with ``seed`` on ``num_clients`` simulated SuperNodes (plus one per
+    inserted canary of an audit's ``canaries``); returns the run, the server's strategy
+    object and its privacy ledger."""
     require_flwr()
     from flwr.simulation import run_simulation
 
@@ -26,10 +29,12 @@ def run_flower_simulation(config: Any, method: str, seed: int, num_clients: int,
     def keep(run: FederatedRun, strategy: Strategy, ledger: Any) -> None:
         captured.update(run=run, strategy=strategy, ledger=ledger)
 
-    server, client = make_apps(config.to_yaml(), method, seed, on_result=keep,
-                               on_round=on_round)
+    server, client = make_apps(config.to_yaml(), method, seed,
+                               canaries=canaries.to_json() if canaries else None,
+                               on_result=keep, on_round=on_round)
+    nodes = num_clients + (len(canaries.indices) if canaries else 0)
     with flower_state():
-        run_simulation(server_app=server, client_app=client, num_supernodes=num_clients,
+        run_simulation(server_app=server, client_app=client, num_supernodes=nodes,
                        backend_config={"client_resources": {"num_cpus": 1,
                                                             "num_gpus": 0.0}})
     if "run" not in captured:
