@@ -260,6 +260,7 @@ def write_audit(out: Path, record: dict[str, Any]) -> None:
         ax.set_title(f"{method}: ε est {_eps(r['epsilon_estimate'])} / accounted "
                      f"{_eps(r['epsilon_accounted'], missing='∞')}", fontsize=9)
         ax.set_xlabel("cos(canary direction, θ₀ − θ_T)")
+        ax.locator_params(axis="x", nbins=5)
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "audit.png", dpi=120)
