@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from regionfed.algorithms.regionfed.config import RegionFedConfig
+from regionfed.algorithms.regionfed.config import RegionFedConfig, RegionFedPlusConfig
 from regionfed.algorithms.registry import resolve_methods
 from regionfed.data.esci import EsciConfig
 from regionfed.data.esci_synth import EsciSynthConfig
@@ -150,6 +150,7 @@ class RunConfig(BaseModel):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     dp: DPConfig = Field(default_factory=lambda: DPConfig(mode="off"))
     regionfed: RegionFedConfig = Field(default_factory=RegionFedConfig)
+    regionfed_plus: RegionFedPlusConfig = Field(default_factory=RegionFedPlusConfig)
     baselines: BaselinesConfig = Field(default_factory=BaselinesConfig)
     tuning: TuningConfig = Field(default_factory=TuningConfig)
     methods: list[str] = Field(

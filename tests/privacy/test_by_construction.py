@@ -125,9 +125,18 @@ def test_the_ledger_composes_exactly_what_was_noised(method, tiny_federation, ti
         assert "no user-level DP guarantee" in str(refused) and not groups
         return
     noised = Counter()
+    global_std = None  # a split budget's global draw, shared by the round's regional events
     for what, draws in groups:
         k = len(draws)
         assert k >= 1, f"{what}: recorded without noising anything"
+        if "split budget" in what:  # (global at σ_g, region's at σ_r): one joint Gaussian
+            if k == 2:
+                global_std = draws[0][0]
+            regional_std = draws[-1][0]
+            sigma = ((CLIP / global_std) ** 2 + (CLIP / regional_std) ** 2) ** -0.5
+            assert sigma == pytest.approx(SIGMA)
+            noised[(what, round(SIGMA, 9), 2)] += 1
+            continue
         if what.startswith("model selection"):  # clamped scores: sensitivity ‖bounds‖₂
             b, entries = config.dp.selection_clip, draws[0][1]
             accuracy = "accuracy" in what

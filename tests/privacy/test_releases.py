@@ -77,3 +77,29 @@ def test_selection_settings_are_validated():
             DPConfig(**bad)
     assert DPConfig(sigma=2.0).noise_multiplier_of_selection == 2.0
     assert DPConfig(sigma=2.0, selection_sigma=5.0).noise_multiplier_of_selection == 5.0
+
+
+def test_a_split_budget_is_one_event_at_sigma_per_region_with_noise_split_as_stated():
+    """Global mean at σ/√(1 − f), each region's mean at σ/√f: per region one Gaussian at
+    (σ_g⁻² + σ_r⁻²)^(−1/2) = σ on one sample — and the noise really has those scales."""
+    sigma, f, dim = 2.0, 0.2, 20_000
+    releases = PrivateReleases(DPConfig(mode="user", sigma=sigma, clip=1.0), 0.5)
+    expected = {"a": 4.0, "b": 6.0}
+    global_mean, regional = releases.split_mean(
+        [], None, [], expected, f, None, what="split", dim=dim)
+    assert float(global_mean.std()) == pytest.approx(sigma / math.sqrt(1 - f) / 10.0, rel=0.03)
+    for region, n in expected.items():
+        assert float(regional[region].std()) == pytest.approx(sigma / math.sqrt(f) / n,
+                                                              rel=0.03)
+    assert releases.drain() == [ReleaseEvent("split", 0.5, sigma, 2, ("a",)),
+                                ReleaseEvent("split", 0.5, sigma, 2, ("b",))]
+    part = torch.zeros(dim, dtype=torch.bool)
+    part[:10] = True
+    _, regional = releases.split_mean([torch.ones(dim)], None, ["a"], {"a": 1.0}, f, part,
+                                      what="split", dim=dim)
+    assert regional["a"].shape == (10,)  # the regional release covers the part only
+    with pytest.raises(ConfigError, match="share"):
+        releases.split_mean([], None, [], expected, 1.0, None, what="split", dim=dim)
+    with pytest.raises(ConfigError, match="user-level"):
+        PrivateReleases(DPConfig(mode="region", sigma=1.0), 0.5).split_mean(
+            [], None, [], expected, f, None, what="split", dim=dim)

@@ -197,6 +197,10 @@ class Strategy(ABC):
     #: methods): a distributed runtime then computes it on the client's own node, from the
     #: global ``params`` and that state
     evaluates_on_client: bool = False
+    #: True when that client-side evaluation also needs server state beyond the global
+    #: ``params`` (e.g. a regional model): a distributed runtime that sends only ``params``
+    #: must refuse the method rather than evaluate it wrongly
+    client_evaluation_needs_server_state: bool = False
 
     def __init__(self, sample_rate: float = 1.0, server_lr: float = 1.0,
                  dp: DPConfig | None = None) -> None:

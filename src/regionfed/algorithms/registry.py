@@ -23,6 +23,7 @@ from regionfed.algorithms.fedtp import FedTP
 from regionfed.algorithms.local import LocalOnly
 from regionfed.algorithms.pfedme import PFedMe
 from regionfed.algorithms.regionfed import RegionFed, RegionFedAvg, RegionFedPersist
+from regionfed.algorithms.regionfed.plus import RegionFedPlus
 from regionfed.algorithms.regionfed.strategy import VARIANTS as REGIONFED_VARIANTS
 from regionfed.algorithms.scaffold import Scaffold
 from regionfed.errors import UnknownMethodError
@@ -122,6 +123,11 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("regionfed-persist", "federated",
                    "RegionFed-grad with an adaptation that accumulates across rounds "
                    "(extra, not in the paper)", RegionFedPersist, options=_regionfed_options),
+        MethodSpec("regionfed-plus", "federated",
+                   "global model + noise-aware (James–Stein) shrunk regional offsets from a "
+                   "split DP budget + personal models anchored on the regional model "
+                   "(extra, not in the paper; regionfed_plus.* settings)", RegionFedPlus,
+                   options=lambda config: {"config": config.regionfed_plus}),
     )
 }
 

@@ -12,6 +12,13 @@ clipped to C and each given N(0, σ²C²·I), are one Gaussian mechanism on thei
 its L2 sensitivity is √k·C and its noise std σC, so its noise multiplier is σ/√k — one event,
 not k independent ones.
 
+Split releases. A global mean over every sampled client at noise multiplier σ_g plus, per
+region, a mean of (a part of) the same clients' updates at σ_r (Bietti et al., ICML 2022) is,
+for a user of region r, one Gaussian mechanism on the pair with noise multiplier
+(σ_g⁻² + σ_r⁻²)^(−1/2) on one Poisson sample: one event per region. With σ_g = σ/√(1 − f)
+and σ_r = σ/√f (:meth:`PrivateReleases.split_mean`) that is σ: the split costs what one
+release at σ costs, whatever the share f of the budget given to the regions.
+
 Randomness. The noise generator (and, through :func:`secret_rng`, the Poisson client samples
 and randomized-response coins) is seeded from OS entropy (:mod:`secrets`), independently for
 every strategy object — so per run × method × seed — and never from the run seed: knowing
@@ -122,6 +129,47 @@ class PrivateReleases:
             return None
         self._record(what, self.config.sigma / math.sqrt(k), k, regions)
         return means
+
+    def split_mean(self, updates: Sequence[torch.Tensor], weights: Sequence[float] | None,
+                   regions_of: Sequence[str], expected: dict[str, float],
+                   regional_share: float,
+                   part: torch.Tensor | None, *, what: str, dim: int,
+                   dtype: torch.dtype = torch.float32
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """A split budget (module docstring): the mean of every update at σ/√(1 − f) and,
+        per region of ``expected`` (region → q·n_r), the mean of its clients' updates
+        restricted to ``part`` (a bool mask; ``None`` = the whole vector) at σ/√f. One
+        event per region at σ. ``user`` mode, or no DP (plain means); ``region`` mode has
+        no per-client sensitivity to split.
+
+        Returns (global mean, region → regional mean of the part; a region with no update
+        is left out without DP)."""
+        f = float(regional_share)
+        if not 0.0 < f < 1.0:
+            raise ConfigError(f"the regional share of the budget must be in (0, 1), got {f}")
+        if self.config.mode == "region":
+            raise ConfigError("a split budget needs user-level DP (dp.mode user) or no DP")
+        updates = list(updates)
+        if len(regions_of) != len(updates):
+            raise ConfigError(f"got {len(updates)} updates but {len(regions_of)} regions")
+        sigma = self.config.sigma
+        total = sum(expected.values())
+        global_mean = regional_aggregate(
+            updates, weights, self.config.model_copy(update={"sigma": sigma / math.sqrt(1 - f)}),
+            total, self.noise, dim=dim, dtype=dtype)
+        regional_config = self.config.model_copy(update={"sigma": sigma / math.sqrt(f)})
+        sub_dim = dim if part is None else int(part.sum())
+        regional = {}
+        for region, expected_clients in expected.items():
+            members = [i for i, r in enumerate(regions_of) if r == region]
+            mine = [updates[i] if part is None else updates[i][part] for i in members]
+            mine_weights = None if weights is None else [weights[i] for i in members]
+            mean = regional_aggregate(mine, mine_weights, regional_config, expected_clients,
+                                      self.noise, dim=sub_dim, dtype=dtype)
+            if mean is not None:
+                regional[region] = mean
+            self._record(what, sigma, 2, [region])
+        return global_mean, regional
 
     def bounded_mean(self, vectors: Sequence[torch.Tensor], weights: Sequence[float] | None,
                      low: torch.Tensor, high: torch.Tensor, expected_clients: float, *,

@@ -92,3 +92,16 @@ def test_under_dp_the_server_collects_no_per_round_validation(monkeypatch, sigma
     assert ledger.rounds == 2 and ledger.releases == 2
     # the scripted nodes send their training loss anyway: under DP it is not logged
     assert ("train_loss" in run.history[0]) is (sigma == 0.0)
+
+
+def test_a_method_whose_client_evaluation_needs_server_state_is_refused():
+    """regionfed-plus's clients choose among global, regional and personal models; the
+    Flower driver sends only the global one, so it refuses before training."""
+    from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
+    from regionfed.algorithms.regionfed.plus import RegionFedPlus
+    from regionfed.errors import MethodNotApplicableError
+
+    with pytest.raises(MethodNotApplicableError, match="in-process runtime"):
+        ScriptedDriver().run(RegionFedPlus())
+    assert not RegionFedPlus(RegionFedPlusConfig(two_level=False)) \
+        .client_evaluation_needs_server_state

@@ -65,3 +65,24 @@ class RegionFedConfig(BaseModel):
             if not a < b:
                 raise ValueError(f"{name} must satisfy a < b")
         return self
+
+
+class RegionFedPlusConfig(BaseModel):
+    """``regionfed-plus``'s switches (:mod:`.plus`); each is one row of the ablation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: noise-aware James–Stein shrinkage of each region's offset (:mod:`.shrinkage`); off:
+    #: every region is served its full offset (α = 1)
+    shrinkage: bool = True
+    #: under DP, the share f of each round's budget given to the regional releases: the
+    #: global mean is released at σ/√(1 − f), each regional one at σ/√f (one event at σ)
+    regional_share: float = Field(0.2, gt=0.0, lt=1.0)
+    #: what the regional releases (and offsets) cover: the whole model or its declared head
+    regional_part: Literal["all", "head"] = "all"
+    #: two-level personalization: each client keeps a personal model anchored on its
+    #: regional model and is evaluated with the best of global / regional / personal on its
+    #: own validation split
+    two_level: bool = True
+    #: λ of the personal objective F_u(v) + (λ/2)‖v − θ_r‖² (Ditto's, anchored on θ_r)
+    personal_lambda: float = Field(0.1, ge=0.0)

@@ -115,6 +115,11 @@ class FlowerDriver:
     # -- the round loop (Simulator.run over messages) ------------------------------------
     def run(self, strategy: Strategy, on_round: Callable[[dict[str, Any]], None] | None = None,
             ledger: PrivacyLedger | None = None) -> FederatedRun:
+        if strategy.client_evaluation_needs_server_state:
+            raise MethodNotApplicableError(
+                f"{strategy.name} evaluates clients with server state the Flower runtime "
+                "does not send yet (its regional models); use the in-process runtime or "
+                "switch its client-side personalization off")
         strategy.setup(get_flat(self.model), self.view,
                        np.random.default_rng(derived_seed(self.seed, 7919)))
 

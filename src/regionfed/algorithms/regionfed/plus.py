@@ -1,0 +1,205 @@
+"""``regionfed-plus``: regional models that never lose to the global one (docs/methods.md).
+
+The server keeps a global model θ and, per region, an offset a_r (the region's accumulated
+deviation from θ). One round:
+
+1. every sampled client u of region r trains from its region's served model
+   θ_r = θ + Σ_b α_{r,b}·a_{r,b} and sends Δ_u;
+2. one release with a split budget (Bietti et al., ICML 2022;
+   :meth:`~regionfed.privacy.releases.PrivateReleases.split_mean`): the global mean g̃ of all
+   Δ_u at σ/√(1 − f) and each region's mean g̃_r of its clients' Δ_u (restricted to the
+   regional part: the whole model or its declared head) at σ/√f — one accounted event at σ
+   per region, so ε is fedavg's at the same σ;
+3. θ ← θ − η_g·g̃ and a_r ← a_r − η_g·(g̃_r − g̃) on the regional part: the offsets
+   accumulate (signal grows like T, the noise like √T);
+4. the shrinkage factors α_{r,b} (:mod:`.shrinkage`) from the offsets and their noise
+   variance, which the server knows: under DP η_g²·Σ_t (σ_r²C²/(q n_r)² + σ_g²C²/(q N)²)
+   (public); without DP the client-sampling variance of the regional means, measured.
+
+Two-level personalization (``two_level``): a sampled client also trains a personal model v_u
+on F_u(v) + (λ/2)‖v − θ_r‖² (Ditto's objective anchored on the *regional* model), kept on
+the device — with λ = 0 while θ_r validates worse than v_u on the client's own split, so a
+noisy regional model does not drag the personal one down; the client is evaluated with
+whichever of global, regional and personal scores best on its own validation split
+(nothing leaves the device, no privacy cost). Every switch is a
+setting of :class:`~regionfed.algorithms.regionfed.config.RegionFedPlusConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from regionfed.algorithms.base import (
+    ClientContext,
+    ClientResult,
+    FederationView,
+    Strategy,
+    TrainInstruction,
+)
+from regionfed.algorithms.fedprox import proximal_term
+from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
+from regionfed.algorithms.regionfed.shrinkage import partition_blocks, shrinkage_factors
+from regionfed.errors import ConfigError
+
+#: the shuffling stream of the update a client sends; the personal model trains on the main
+#: stream (as Ditto's does)
+SHARED_STREAM = "plus-shared"
+#: the order in which a client's candidates win ties on validation
+CANDIDATES = ("regional", "global", "personal")
+
+
+class RegionFedPlus(Strategy):
+    """Global model + noise-aware shrunk regional offsets + personal models (module doc)."""
+
+    name = "regionfed-plus"
+
+    def __init__(self, config: RegionFedPlusConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config = config or RegionFedPlusConfig()
+        if self.dp.mode == "region":
+            raise ConfigError("regionfed-plus splits a user-level budget: use dp.mode user "
+                              "(or no DP)")
+        self.evaluates_on_client = self.config.two_level
+        self.client_evaluation_needs_server_state = self.config.two_level  # θ_r
+        self.offsets: dict[str, torch.Tensor] = {}
+        #: accumulated per-coordinate noise variance of each region's offset, per block
+        self.noise_var: dict[str, list[float]] = {}
+        self.factors: dict[str, list[float]] = {}
+        self.part: torch.Tensor | None = None
+        self.blocks: list[torch.Tensor] = []
+
+    def setup(self, init_params: torch.Tensor, view: FederationView,
+              rng: np.random.Generator) -> None:
+        super().setup(init_params, view, rng)
+        dim = init_params.numel()
+        groups = {g: view.group_mask(g, dim) for g in view.parameter_groups}
+        if self.config.regional_part == "head":
+            self.part = view.group_mask("head", dim)  # raises if the model declares none
+            groups = {"head": self.part}
+        self.blocks = partition_blocks(groups, dim)
+        if self.part is not None:  # the offsets live on the head only
+            self.blocks = [b for b in self.blocks if (b & self.part).any()]
+        self.offsets = {r: torch.zeros_like(init_params) for r in view.regions}
+        self.noise_var = {r: [0.0] * len(self.blocks) for r in view.regions}
+        self.factors = {r: [1.0] * len(self.blocks) for r in view.regions}
+
+    # -- server side ---------------------------------------------------------------------
+    def regional_params(self, region: str) -> torch.Tensor:
+        """θ_r = θ + Σ_b α_{r,b}·a_{r,b} (θ where the region has no offset yet)."""
+        offset = self.offsets.get(region)
+        if offset is None:
+            return self.params
+        served = self.params.clone()
+        for alpha, block in zip(self.factors[region], self.blocks, strict=True):
+            served[block] += alpha * offset[block]
+        return served
+
+    def run_round(self, rnd: int):
+        sampled = self.sample_clients()
+        results = yield [TrainInstruction(c, self.view.client_region[c],
+                                          self.regional_params(self.view.client_region[c]))
+                         for c in sampled]
+        expected = {r: self.sample_rate * len(self.view.clients_in(r)) * self.report_rate
+                    for r in self.view.regions}
+        updates = [res.update for res in results]
+        global_mean, regional = self.releases.split_mean(
+            updates, [res.num_examples for res in results], [res.region for res in results],
+            expected, self.config.regional_share, self.part,
+            what="model update, global + regional part (split budget)",
+            dim=self.params.numel(), dtype=self.params.dtype)
+        if global_mean is None:  # no DP and nobody reported
+            return {"clients": 0}
+        eta = self.server_lr
+        self.params = self.params - eta * global_mean
+        part = self.part if self.part is not None else slice(None)
+        sampling = self._sampling_variance(results) if not self.dp.adds_noise else {}
+        for region, mean in regional.items():
+            self.offsets[region][part] -= eta * (mean - global_mean[part])
+            added = self._noise_variance(region, expected, sampling)
+            self.noise_var[region] = [v + eta**2 * a
+                                      for v, a in zip(self.noise_var[region], added, strict=True)]
+        if self.config.shrinkage:
+            self.factors = shrinkage_factors(self.offsets, self.noise_var, self.blocks)
+        return {"clients": len(results), "update_norm": float(global_mean.norm()),
+                "alpha": {r: float(np.mean(f)) for r, f in self.factors.items()},
+                "offset_norm": {r: float(a.norm()) for r, a in self.offsets.items()}}
+
+    def _noise_variance(self, region: str, expected: dict[str, float],
+                        sampling: dict[str, list[float]]) -> list[float]:
+        """Per block, the per-coordinate variance one round adds to a_r / η_g² (module doc):
+        public DP noise under DP, the measured client-sampling variance without."""
+        if not self.dp.adds_noise:
+            return sampling.get(region, [0.0] * len(self.blocks))
+        f, sigma, clip = self.config.regional_share, self.dp.sigma, self.dp.clip
+        regional = (sigma / np.sqrt(f) * clip / expected[region]) ** 2
+        total = sum(expected.values())
+        global_ = (sigma / np.sqrt(1 - f) * clip / total) ** 2
+        return [regional + global_] * len(self.blocks)
+
+    def _sampling_variance(self, results: list[ClientResult]) -> dict[str, list[float]]:
+        """Without DP: per region and block, the mean per-coordinate variance of the
+        region's client updates divided by their number (the variance of their mean)."""
+        out = {}
+        for region in self.view.regions:
+            mine = [res.update for res in results if res.region == region]
+            if len(mine) < 2:
+                out[region] = [0.0] * len(self.blocks)
+                continue
+            stacked = torch.stack(mine).double()
+            variance = stacked.var(dim=0, unbiased=True) / len(mine)
+            out[region] = [float(variance[b].mean()) for b in self.blocks]
+        return out
+
+    # -- client side ---------------------------------------------------------------------
+    def client_train(self, instruction: TrainInstruction, client: ClientContext
+                     ) -> ClientResult:
+        result = self.train_and_report(instruction, client, stream=SHARED_STREAM)
+        if self.config.two_level:
+            anchor = instruction.params.detach()
+            personal = client.state.get("personal", anchor)
+            lam = personal_anchor_weight(self.config.personal_lambda, personal, anchor, client)
+            client.state["personal"], _ = client.train(
+                personal, epochs=instruction.config.get("epochs"),
+                extra_loss=proximal_term(anchor, lam) if lam > 0 else None)
+        return result
+
+    # -- evaluation ----------------------------------------------------------------------
+    def eval_params(self, client_id: str, region: str, client: ClientContext | None
+                    ) -> torch.Tensor:
+        regional = self.regional_params(region)
+        if client is None or not self.config.two_level:
+            return regional
+        candidates = {"regional": regional, "global": self.params,
+                      "personal": client.state.get("personal", regional)}
+        return candidates[choose_on_validation(candidates, client)]
+
+
+def personal_anchor_weight(lam: float, personal: torch.Tensor, anchor: torch.Tensor,
+                           client: ClientContext) -> float:
+    """λ while the anchor θ_r validates at least as well as the personal model on the
+    client's own split, else 0: a personal model is not pulled towards a worse regional
+    model (under strong DP noise it then trains as ``local`` would). On-device, no cost."""
+    if lam <= 0.0 or personal is anchor:
+        return lam
+    scores = {}
+    for name, params in (("personal", personal), ("anchor", anchor)):
+        score_sum, count = client.validation_score(params)
+        scores[name] = score_sum / count if count else 0.0
+    return lam if scores["anchor"] >= scores["personal"] else 0.0
+
+
+def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientContext) -> str:
+    """The candidate with the best validation score on the client's own split (ties: the
+    order of :data:`CANDIDATES`); the first one when the client has no validation data."""
+    best, best_score = None, -float("inf")
+    for name in CANDIDATES:
+        if name not in candidates:
+            continue
+        score_sum, count = client.validation_score(candidates[name])
+        score = score_sum / count if count else 0.0
+        if best is None or score > best_score:
+            best, best_score = name, score
+    return best

@@ -1,0 +1,155 @@
+"""regionfed-plus: noise-aware shrinkage, the split budget and two-level personalization
+on problems with known answers."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+import torch
+from helpers import QuadraticClient, run_rounds, two_region_quadratics
+
+from regionfed.algorithms.base import FederationView
+from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
+from regionfed.algorithms.regionfed.plus import (
+    RegionFedPlus,
+    choose_on_validation,
+    personal_anchor_weight,
+)
+from regionfed.algorithms.regionfed.shrinkage import partition_blocks, shrinkage_factors
+from regionfed.errors import ConfigError
+from regionfed.privacy.ledger import PrivacyLedger
+from regionfed.privacy.mechanism import DPConfig
+
+
+def _offsets(signal_std: float, noise_var: float, regions: int = 8, dim: int = 4000,
+             seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {f"r{k}": signal_std * torch.randn(dim, generator=g)
+            + math.sqrt(noise_var) * torch.randn(dim, generator=g) for k in range(regions)}
+
+
+def test_identical_regions_under_large_noise_shrink_to_the_global_model():
+    offsets = _offsets(signal_std=0.0, noise_var=4.0)  # the offsets are noise only
+    blocks = partition_blocks({}, 4000)
+    alpha = shrinkage_factors(offsets, {r: [4.0] for r in offsets}, blocks)
+    assert all(a[0] < 0.05 for a in alpha.values())
+
+
+def test_regions_that_differ_far_beyond_the_noise_keep_their_offsets():
+    offsets = _offsets(signal_std=1.0, noise_var=0.01)
+    alpha = shrinkage_factors(offsets, {r: [0.01] for r in offsets},
+                              partition_blocks({}, 4000))
+    # τ² ≈ 1, V = 0.01: α = τ²/(τ² + V) ≈ 0.99
+    assert all(a[0] == pytest.approx(1 / 1.01, abs=0.01) for a in alpha.values())
+    assert shrinkage_factors(offsets, {r: [0.0] for r in offsets},
+                             partition_blocks({}, 4000))["r0"] == [1.0]  # no noise
+
+
+def test_each_block_is_shrunk_on_its_own():
+    """A head whose regions differ and a body that is pure noise: α ≈ 1 on the head, ≈ 0 on
+    the body."""
+    dim = 4000
+    head = torch.zeros(dim, dtype=torch.bool)
+    head[:2000] = True
+    signal = _offsets(1.0, 0.0, dim=dim)
+    noise = _offsets(0.0, 1.0, dim=dim, seed=1)
+    offsets = {r: torch.where(head, signal[r], noise[r]) for r in signal}
+    blocks = partition_blocks({"head": head}, dim)
+    assert [int(b.sum()) for b in blocks] == [2000, 2000]
+    assert torch.equal(blocks[0] | blocks[1], torch.ones(dim, dtype=torch.bool))
+    alpha = shrinkage_factors(offsets, {r: [0.05, 1.0] for r in offsets}, blocks)
+    assert all(a[0] > 0.9 and a[1] < 0.1 for a in alpha.values())
+
+
+def test_a_client_picks_the_model_that_validates_best_on_its_own_split():
+    client = QuadraticClient("u", "a", 10, torch.zeros(2))
+    candidates = {"regional": torch.zeros(2), "global": torch.ones(2),
+                  "personal": 2 * torch.ones(2)}
+    client.score_ = [0.8, 0.5, 0.6]  # regional, global, personal: the personal is worse
+    assert choose_on_validation(candidates, client) == "regional"
+    client.score_ = [0.6, 0.5, 0.9]
+    assert choose_on_validation(candidates, client) == "personal"
+    client.score_ = [0.7, 0.7, 0.7]  # ties go to the regional model
+    assert choose_on_validation(candidates, client) == "regional"
+
+
+def test_a_personal_model_is_anchored_only_on_a_regional_model_that_validates_as_well():
+    client = QuadraticClient("u", "a", 10, torch.zeros(2))
+    personal, anchor = torch.zeros(2), torch.ones(2)
+    client.score_ = [0.9, 0.4]  # personal, anchor: the regional model is worse
+    assert personal_anchor_weight(0.1, personal, anchor, client) == 0.0
+    client.score_ = [0.4, 0.9]
+    assert personal_anchor_weight(0.1, personal, anchor, client) == 0.1
+
+
+def _shifted():
+    """Region a's clients want x = (2, 0), region b's (−2, 0): a mean of (0, 0)."""
+    targets = {"a/0": [2.0, 0.0], "a/1": [2.0, 0.1], "b/0": [-2.0, 0.0], "b/1": [-2.0, -0.1]}
+    clients = {c: QuadraticClient(c, c[0], 10, torch.tensor(t)) for c, t in targets.items()}
+    view = FederationView(("a", "b"), {c: c[0] for c in clients}, dict.fromkeys(clients, 10))
+    return clients, view
+
+
+def test_without_dp_regional_models_move_towards_their_regions():
+    clients, view = _shifted()
+    strategy = RegionFedPlus(RegionFedPlusConfig(two_level=False), server_lr=1.0)
+    logs = run_rounds(strategy, clients, view, rounds=6)
+    global_loss = sum(float((strategy.params - c.target).pow(2).sum()) for c in clients.values())
+    regional_loss = sum(float((strategy.regional_params(c.region) - c.target).pow(2).sum())
+                        for c in clients.values())
+    assert regional_loss < 0.2 * global_loss
+    assert all(0.5 < a <= 1.0 for a in logs[-1]["alpha"].values())
+
+
+def test_under_dp_plus_costs_what_fedavg_costs_at_the_same_sigma():
+    """The split budget is one subsampled Gaussian at σ per region and round: the ledger's
+    ε equals dp-accounting's for T such events, which is fedavg's ε."""
+    clients, view = two_region_quadratics()
+    dp = DPConfig(mode="user", sigma=1.5, clip=1.0, noise_seed=0)
+    strategy = RegionFedPlus(RegionFedPlusConfig(two_level=False, regional_share=0.3),
+                             sample_rate=0.5, dp=dp)
+    ledger = PrivacyLedger(dp, 0.5)
+    strategy.setup(torch.zeros(2), view, np.random.default_rng(0))
+    for rnd in range(1, 4):
+        exchange = strategy.run_round(rnd)
+        instructions = next(exchange)
+        try:
+            exchange.send([strategy.handle(i, clients[i.client_id]) for i in instructions])
+        except StopIteration:
+            pass
+        ledger.record_round(strategy.releases.drain())
+    accountant = dp_accounting.pld.PLDAccountant()
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(
+        0.5, dp_accounting.GaussianDpEvent(1.5)), 3)
+    assert ledger.epsilon("pld") == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-6)
+    assert all(0.0 <= a <= 1.0 for a in strategy.factors["a"])
+
+
+def test_bad_settings_are_config_errors():
+    with pytest.raises(ConfigError, match="dp.mode user"):
+        RegionFedPlus(dp=DPConfig(mode="region", sigma=1.0))
+    with pytest.raises(ValueError):
+        RegionFedPlusConfig(regional_share=1.0)
+    clients, view = _shifted()
+    from regionfed.errors import MethodNotApplicableError
+
+    with pytest.raises(MethodNotApplicableError, match="head"):
+        run_rounds(RegionFedPlus(RegionFedPlusConfig(regional_part="head")), clients, view, 1)
+
+
+def test_the_cli_runs_plus_under_dp_at_fedavgs_epsilon(tmp_path, capsys):
+    """End to end: regionfed-plus with two-level personalization trains and evaluates in
+    process, and its ledger's ε is fedavg's at the same σ, q and rounds."""
+    import json
+
+    from test_cli import SMALL, run_cli
+
+    out = tmp_path / "run"
+    code, stdout, _ = run_cli(capsys, "run", *SMALL, "--methods", "fedavg,regionfed-plus",
+                              "--rounds", "2", "--sample-rate", "0.5", "--dp-sigma", "1",
+                              "--out", str(out))
+    assert code == 0 and "| regionfed-plus" in stdout
+    privacy = json.loads((out / "privacy.json").read_text())["methods"]
+    assert privacy["regionfed-plus"]["epsilon_pld"] == pytest.approx(
+        privacy["fedavg"]["epsilon_pld"], rel=1e-9)
