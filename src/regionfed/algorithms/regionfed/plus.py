@@ -18,7 +18,8 @@ deviation from θ). One round:
 
 Two-level personalization (``two_level``): a sampled client also trains a personal model v_u
 on F_u(v) + (λ/2)‖v − θ_r‖² (Ditto's objective anchored on the *regional* model), kept on
-the device — with λ = 0 while θ_r validates worse than v_u on the client's own split, so a
+the device (starting from the public initial model, which round 1 hands every client) —
+with λ = 0 while θ_r validates worse than v_u on the client's own split, so a
 noisy regional model does not drag the personal one down; the client is evaluated with
 whichever of global, regional and personal scores best on its own validation split
 (nothing leaves the device, no privacy cost). Every switch is a
@@ -47,6 +48,8 @@ from regionfed.errors import ConfigError
 #: the shuffling stream of the update a client sends; the personal model trains on the main
 #: stream (as Ditto's does)
 SHARED_STREAM = "plus-shared"
+#: the round-1 instruction that hands every client the initial model for its personal one
+PERSONAL_INIT = "personal_init"
 #: the order in which a client's candidates win ties on validation
 CANDIDATES = ("regional", "global", "personal")
 
@@ -98,6 +101,11 @@ class RegionFedPlus(Strategy):
         return served
 
     def run_round(self, rnd: int):
+        if rnd == 1 and self.config.two_level:
+            # every client keeps the (public) initial model as its personal model's start,
+            # so one first sampled late does not start from an already-noised model
+            yield [TrainInstruction(c, self.view.client_region[c], self.params,
+                                    {PERSONAL_INIT: True}) for c in self.view.clients]
         sampled = self.sample_clients()
         results = yield [TrainInstruction(c, self.view.client_region[c],
                                           self.regional_params(self.view.client_region[c]))
@@ -156,6 +164,9 @@ class RegionFedPlus(Strategy):
     # -- client side ---------------------------------------------------------------------
     def client_train(self, instruction: TrainInstruction, client: ClientContext
                      ) -> ClientResult:
+        if instruction.config.get(PERSONAL_INIT):
+            client.state["personal"] = instruction.params.detach().clone()
+            return ClientResult(client.client_id, client.region, None, client.num_examples)
         result = self.train_and_report(instruction, client, stream=SHARED_STREAM)
         if self.config.two_level:
             anchor = instruction.params.detach()
