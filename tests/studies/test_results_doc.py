@@ -147,6 +147,19 @@ def test_an_ablation_compares_every_combination_with_the_first():
                         "α + ρ +0.1 (within seed noise).")
 
 
+def test_an_ablation_with_a_parameter_sweep_reports_both():
+    """ablation-plus: component combinations against the first, and a σ=… sweep apart."""
+    def row(variant, overall):
+        return {"variant": variant, "method": "regionfed-plus", "overall": overall,
+                "overall_std": 0.002}
+    record = {"variants": ["plus", "no shrinkage", "σ=1, f=0.1", "σ=1, f=0.5"],
+              "rows": [row("plus", 0.86), row("no shrinkage", 0.85),
+                       row("σ=1, f=0.1", 0.775), row("σ=1, f=0.5", 0.779)]}
+    combinations, sweep = single_method_effects(record)
+    assert combinations == "Against plus (86.0), in points: no shrinkage -1.0."
+    assert sweep.startswith("σ: regionfed-plus from 77.5 (σ=1, f=0.1) to 77.9 (σ=1, f=0.5)")
+
+
 def test_degradation_names_what_the_studys_axis_measures():
     record = {"variants": ["E=1", "E=40"], "rows": [
         {"variant": "E=1", "method": "fedavg", "overall": 0.80},

@@ -201,8 +201,8 @@ def degradation(record: dict[str, Any], meaning: str = 'paper Table 2 "Deg."') -
 def single_method_effects(record: dict[str, Any]) -> list[str]:
     """Studies of one method (ablation, sensitivity). Variants named ``parameter=value``
     (Tables 15–18): per parameter, the lowest and highest Overall and their spread against
-    seed noise. Otherwise (Table 14's component combinations): each variant against the
-    first one, in points."""
+    seed noise. The others (Table 14's component combinations): each against the first of
+    them, in points."""
     rows = record["rows"]
     if len({r["method"] for r in rows}) != 1:
         return []
@@ -212,29 +212,31 @@ def single_method_effects(record: dict[str, Any]) -> list[str]:
     for variant in order:
         if "=" in variant:
             groups.setdefault(variant.split("=", 1)[0], []).append(by_variant[variant])
-    if groups:
-        sentences = []
-        for parameter, members in groups.items():
-            low = min(members, key=lambda r: r["overall"])
-            high = max(members, key=lambda r: r["overall"])
-            spread = 100 * (high["overall"] - low["overall"])
-            noise = max(_noise(r, r) for r in members)
-            verdict = "within seed noise" if spread <= noise else "beyond seed noise"
-            sentences.append(
-                f"{parameter}: {low['method']} from {pct(low['overall'])} ({low['variant']}) "
-                f"to {pct(high['overall'])} ({high['variant']}), a spread of {spread:.1f} "
-                f"points ({verdict}, ±{noise:.1f}).")
+    sentences = []
+    for parameter, members in groups.items():
+        low = min(members, key=lambda r: r["overall"])
+        high = max(members, key=lambda r: r["overall"])
+        spread = 100 * (high["overall"] - low["overall"])
+        noise = max(_noise(r, r) for r in members)
+        verdict = "within seed noise" if spread <= noise else "beyond seed noise"
+        sentences.append(
+            f"{parameter}: {low['method']} from {pct(low['overall'])} ({low['variant']}) "
+            f"to {pct(high['overall'])} ({high['variant']}), a spread of {spread:.1f} "
+            f"points ({verdict}, ±{noise:.1f}).")
+    # the component combinations (Table 14 style): each against the first one
+    combinations = [v for v in order if "=" not in v]
+    if len(combinations) < 2:
         return sentences
-    reference = by_variant[order[0]]
+    reference = by_variant[combinations[0]]
     parts = []
-    for variant in order[1:]:
+    for variant in combinations[1:]:
         row = by_variant[variant]
         gap = 100 * (row["overall"] - reference["overall"])
         noise = _noise(row, reference)
         parts.append(f"{variant} {gap:+.1f}" + (" (within seed noise)" if abs(gap) <= noise
                                                 else ""))
-    return [f"Against {order[0]} ({pct(reference['overall'])}), in points: "
-            + ", ".join(parts) + "."] if parts else []
+    return [f"Against {combinations[0]} ({pct(reference['overall'])}), in points: "
+            + ", ".join(parts) + ".", *sentences]
 
 
 def privacy_cost(record: dict[str, Any]) -> list[str]:
