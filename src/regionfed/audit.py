@@ -56,7 +56,7 @@ class AuditSettings:
     """``--canaries M``, ``--canary-region``, ``--confidence``, and the audit's own seed
     (which canaries are inserted, their directions)."""
 
-    canaries: int = 100
+    canaries: int = 1000
     region: str | None = None
     confidence: float = 0.95
     audit_seed: int = 0
@@ -88,11 +88,11 @@ def run_audit(config: RunConfig, settings: AuditSettings, seed: int = 0) -> dict
     dim = start.numel()
     rng = np.random.default_rng(settings.audit_seed)
     inserted = rng.random(settings.canaries) < 0.5
-    regions = [settings.region or federation.regions[i % len(federation.regions)]
-               for i in range(settings.canaries)]
-    chosen = [i for i in range(settings.canaries) if inserted[i]]
+    regions = np.array([settings.region or federation.regions[i % len(federation.regions)]
+                        for i in range(settings.canaries)])
+    chosen = np.flatnonzero(inserted).tolist()
     layout = CanaryLayout(settings.audit_seed, tuple(chosen),
-                          tuple(regions[i] for i in chosen), CANARY_SCALE * config.dp.clip)
+                          tuple(str(regions[i]) for i in chosen), CANARY_SCALE * config.dp.clip)
     trained = []
     for method in config.methods:
         run, strategy, privacy = _train(config, method, seed, federation, task, layout)
@@ -101,7 +101,7 @@ def run_audit(config: RunConfig, settings: AuditSettings, seed: int = 0) -> dict
         served = regional_models(strategy, unchanged=True)
         models: dict[str | None, Any] = {None: run.final_params,  # None: the global model
                   **{r: served[r] for r in federation.regions
-                     if r in served and sum(g == r for g in regions) >= MIN_REGION_CANARIES}}
+                     if r in served and (regions == r).sum() >= MIN_REGION_CANARIES}}
         table = canary_score_table(settings.audit_seed, range(settings.canaries), start,
                                    list(models.values()))
         trained.append((method, run, privacy, dict(zip(models, table, strict=True))))
@@ -111,8 +111,7 @@ def run_audit(config: RunConfig, settings: AuditSettings, seed: int = 0) -> dict
     for method, run, privacy, scores in trained:
         audits = {}
         for model, row in scores.items():
-            mine = (np.ones(settings.canaries, bool) if model is None
-                    else np.array([r == model for r in regions]))
+            mine = np.ones(settings.canaries, bool) if model is None else regions == model
             audits[model] = _model_audit(row[mine], inserted[mine], dim, config.dp.delta,
                                          level)
         out[method] = {
@@ -149,7 +148,7 @@ def _model_audit(scores: np.ndarray, inserted: np.ndarray, dim: int, delta: floa
                  confidence: float) -> dict[str, Any]:
     inside, outside = scores[inserted], scores[~inserted]
     entry: dict[str, Any] = {"epsilon_estimate": None, "epsilon_estimate_point": None,
-                             "epsilon_estimate_upper": None, "mu": None}
+                             "epsilon_estimate_upper": None, "mu": None, "mu_std_error": None}
     if inside.size >= 2:
         estimate = one_shot_estimate(inside, null_std(dim), delta, confidence)
         entry = {"epsilon_estimate": _finite(estimate.epsilon),

@@ -194,12 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         "  regionfed audit --methods fedavg --dp-sigma 0 --dp-clip 1 --json   "
         "# no noise: detected\n")
     _add_run_arguments(audit, "fedavg,regionfed-grad")
-    audit.add_argument("--canaries", type=int, default=1000, metavar="M",
+    audit.add_argument("--canaries", type=int, default=None, metavar="M",
                        help="canary clients (each inserted with probability 1/2; default "
                        "1000)")
     audit.add_argument("--canary-region", metavar="R",
                        help="put every canary in region R (default: all regions, in turn)")
-    audit.add_argument("--confidence", type=float, default=0.95, metavar="P",
+    audit.add_argument("--confidence", type=float, default=None, metavar="P",
                        help="confidence of the estimate's lower end and of the lower bound "
                        "(default 0.95)")
     audit.add_argument("--json", action="store_true", help="print the audit record as JSON")
@@ -363,9 +363,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.resume:
         raise ConfigError("an audit is one fresh training run: --resume does not apply")
     config = config_from_args(args)
-    record = run_audit(config, AuditSettings(canaries=args.canaries,
-                                             region=args.canary_region,
-                                             confidence=args.confidence))
+    given = {"canaries": args.canaries, "region": args.canary_region,
+             "confidence": args.confidence}  # unset flags keep AuditSettings' defaults
+    record = run_audit(config, AuditSettings(**{k: v for k, v in given.items()
+                                                if v is not None}))
     if args.out:
         from regionfed.audit import write_audit
 
