@@ -27,6 +27,7 @@ from torch import nn
 
 from regionfed.algorithms.base import FederationView
 from regionfed.privacy.audit import canary_direction
+from regionfed.runtime.params import num_parameters
 
 
 class CanaryClient:
@@ -113,7 +114,7 @@ def add_canaries(simulator: Any, layout: CanaryLayout) -> list[str]:
     """Add the layout's canaries to an in-process simulator; returns their client ids. The
     strategy's view of the federation includes them (so they are sampled, clipped, noised
     and accounted like any client); the evaluator's does not."""
-    dim = int(sum(p.numel() for p in simulator.model.parameters()))
+    dim = num_parameters(simulator.model)
     ids = []
     for k in range(len(layout.indices)):
         canary = layout.client(k, dim, simulator.task.num_classes, simulator.training)

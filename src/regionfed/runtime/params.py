@@ -16,9 +16,14 @@ def get_flat(model: nn.Module) -> torch.Tensor:
         "cpu", copy=True)
 
 
+def num_parameters(model: nn.Module) -> int:
+    """The length of ``model``'s flat parameter vector."""
+    return sum(p.numel() for p in model.parameters())
+
+
 def set_flat(model: nn.Module, flat: torch.Tensor) -> nn.Module:
     """Load ``flat`` into ``model``'s parameters in place; returns the model."""
-    total = sum(p.numel() for p in model.parameters())
+    total = num_parameters(model)
     if flat.numel() != total:
         raise ValueError(f"parameter vector has {flat.numel()} entries, model needs {total}")
     offset = 0

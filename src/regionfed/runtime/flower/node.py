@@ -39,7 +39,7 @@ from regionfed.runtime.flower.codec import (
     pack_values,
     unpack_values,
 )
-from regionfed.runtime.params import set_flat
+from regionfed.runtime.params import num_parameters, set_flat
 from regionfed.runtime.simulator import SimulatedClient
 
 #: run-config keys (Flower run config values must be scalars)
@@ -143,7 +143,7 @@ def build_node(run_config: dict[str, Any], node_config: dict[str, Any]) -> Node:
     model = task.build_model(seed)
     if layout is not None and index >= len(federation.clients):
         canary = layout.client(index - len(federation.clients),
-                               sum(p.numel() for p in model.parameters()), task.num_classes,
+                               num_parameters(model), task.num_classes,
                                config.training, index)
         _CACHE[key] = Node(config, federation, task, build_strategy(method, config), canary)
     else:
