@@ -294,12 +294,14 @@ class Simulator:
                     log["faults"] = entry
                 return log, first
 
+    def _batchable(self, instruction: TrainInstruction) -> bool:
+        """Only clients with data are computed in a batch (not, e.g., an audit's canaries)."""
+        return isinstance(self.clients[instruction.client_id], SimulatedClient)
+
     def _prepare_batched(self, instructions: list[TrainInstruction]) -> None:
         """Compute the exchange's plain ``train`` and ``gradient`` instructions as batched
         computations and leave each result with its client (see the module docstring)."""
-        # only clients with data train in a batch (not, e.g., an audit's canaries)
-        instructions = [ins for ins in instructions
-                        if isinstance(self.clients[ins.client_id], SimulatedClient)]
+        instructions = [ins for ins in instructions if self._batchable(ins)]
         train = [ins for ins in instructions if ins.kind == TRAIN]
         if len({ins.client_id for ins in train}) == len(train) > 1:
             clients = [self.clients[ins.client_id] for ins in train]
@@ -333,7 +335,7 @@ class Simulator:
         for i, ins in enumerate(instructions):
             score = bool(ins.config.get("score"))
             if ins.kind == EVALUATE and set(ins.config) <= {"score", "tag"} \
-                    and isinstance(self.clients[ins.client_id], SimulatedClient):
+                    and self._batchable(ins):
                 groups.setdefault((id(ins.params), score), []).append(i)
         can_split = type(self.task).split_predictions is not Task.split_predictions
         out: dict[int, ClientResult] = {}
