@@ -106,10 +106,10 @@ class RegionFedPlus(Strategy):
             # so one first sampled late does not start from an already-noised model
             yield [TrainInstruction(c, self.view.client_region[c], self.params,
                                     {PERSONAL_INIT: True}) for c in self.view.clients]
-        sampled = self.sample_clients()
+        served = {r: self.regional_params(r) for r in self.view.regions}  # once per region
         results = yield [TrainInstruction(c, self.view.client_region[c],
-                                          self.regional_params(self.view.client_region[c]))
-                         for c in sampled]
+                                          served[self.view.client_region[c]])
+                         for c in self.sample_clients()]
         expected = {r: self.sample_rate * len(self.view.clients_in(r)) * self.report_rate
                     for r in self.view.regions}
         updates = [res.update for res in results]
