@@ -74,6 +74,23 @@ def test_a_client_picks_the_model_that_validates_best_on_its_own_split():
     assert choose_on_validation(candidates, client) == "regional"
 
 
+def test_with_a_margin_a_challenger_must_beat_the_regional_model_by_standard_errors():
+    """10 validation examples, regional score 0.6: one standard error is √(0.24/10) ≈ 0.155,
+    so a personal model at 0.7 (one lucky example) does not displace it; one at 0.8 does,
+    and of two challengers past the bar the better one wins."""
+    client = QuadraticClient("u", "a", 10, torch.zeros(2))
+    candidates = {"regional": torch.zeros(2), "global": torch.ones(2),
+                  "personal": 2 * torch.ones(2)}
+    client.score_ = [0.6, 0.5, 0.7]
+    assert choose_on_validation(candidates, client, margin=1.0) == "regional"
+    client.score_ = [0.6, 0.5, 0.7]
+    assert choose_on_validation(candidates, client, margin=0.0) == "personal"
+    client.score_ = [0.6, 0.5, 0.8]
+    assert choose_on_validation(candidates, client, margin=1.0) == "personal"
+    client.score_ = [0.6, 0.9, 0.8]
+    assert choose_on_validation(candidates, client, margin=1.0) == "global"
+
+
 def test_a_personal_model_is_anchored_only_on_a_regional_model_that_validates_as_well():
     client = QuadraticClient("u", "a", 10, torch.zeros(2))
     personal, anchor = torch.zeros(2), torch.ones(2)

@@ -86,3 +86,7 @@ class RegionFedPlusConfig(BaseModel):
     two_level: bool = True
     #: λ of the personal objective F_u(v) + (λ/2)‖v − θ_r‖² (Ditto's, anchored on θ_r)
     personal_lambda: float = Field(0.1, ge=0.0)
+    #: how many standard errors of the regional model's validation score a global or
+    #: personal model must beat it by to be chosen on-device (0: the plain best score); a
+    #: client's few validation examples otherwise pick a lucky model as often as a better one
+    choice_margin: float = Field(0.5, ge=0.0)

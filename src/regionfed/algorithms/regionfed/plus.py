@@ -66,7 +66,9 @@ class RegionFedPlus(Strategy):
             raise ConfigError("regionfed-plus splits a user-level budget: use dp.mode user "
                               "(or no DP)")
         self.evaluates_on_client = self.config.two_level
-        self.client_evaluation_needs_server_state = self.config.two_level  # θ_r
+        #: on a client's node (distributed runtimes): the served model of its region, as the
+        #: server sent it for an evaluation (:meth:`client_evaluation_arrays`)
+        self.received_regional: dict[str, torch.Tensor] = {}
         self.offsets: dict[str, torch.Tensor] = {}
         #: accumulated per-coordinate noise variance of each region's offset, per block
         self.noise_var: dict[str, list[float]] = {}
@@ -180,12 +182,22 @@ class RegionFedPlus(Strategy):
     # -- evaluation ----------------------------------------------------------------------
     def eval_params(self, client_id: str, region: str, client: ClientContext | None
                     ) -> torch.Tensor:
-        regional = self.regional_params(region)
+        regional = self.received_regional.get(region)
+        if regional is None:
+            regional = self.regional_params(region)
         if client is None or not self.config.two_level:
             return regional
         candidates = {"regional": regional, "global": self.params,
                       "personal": client.state.get("personal", regional)}
-        return candidates[choose_on_validation(candidates, client)]
+        return candidates[choose_on_validation(candidates, client,
+                                               self.config.choice_margin)]
+
+    def client_evaluation_arrays(self, region: str) -> dict[str, torch.Tensor]:
+        return {"regional": self.regional_params(region)} if self.config.two_level else {}
+
+    def receive_client_evaluation_arrays(self, region: str,
+                                         arrays: dict[str, torch.Tensor]) -> None:
+        self.received_regional = {region: arrays["regional"]} if "regional" in arrays else {}
 
 
 def personal_anchor_weight(lam: float, personal: torch.Tensor, anchor: torch.Tensor,
@@ -202,15 +214,26 @@ def personal_anchor_weight(lam: float, personal: torch.Tensor, anchor: torch.Ten
     return lam if scores["anchor"] >= scores["personal"] else 0.0
 
 
-def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientContext) -> str:
-    """The candidate with the best validation score on the client's own split (ties: the
-    order of :data:`CANDIDATES`); the first one when the client has no validation data."""
-    best, best_score = None, -float("inf")
-    for name in CANDIDATES:
-        if name not in candidates:
-            continue
+def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientContext,
+                         margin: float = 0.0) -> str:
+    """The candidate with the best validation score on the client's own split, where any
+    candidate other than the first of :data:`CANDIDATES` present (the default, ``regional``)
+    must beat the default's score s₀ by ``margin`` standard errors √(s₀(1 − s₀)/n) of it
+    (ties: the order of :data:`CANDIDATES`); the default when the client has no validation
+    data."""
+    names = [name for name in CANDIDATES if name in candidates]
+    scores = {}
+    for name in names:
         score_sum, count = client.validation_score(candidates[name])
-        score = score_sum / count if count else 0.0
-        if best is None or score > best_score:
-            best, best_score = name, score
+        scores[name] = score_sum / count if count else 0.0
+    if not count:
+        return names[0]
+    default = names[0]
+    s0 = min(max(scores[default], 0.0), 1.0)
+    bar = scores[default] + margin * float(np.sqrt(s0 * (1.0 - s0) / count))
+    best = default
+    for name in names[1:]:
+        beats_default = scores[name] > scores[default] and scores[name] >= bar
+        if beats_default and (best == default or scores[name] > scores[best]):
+            best = name
     return best
