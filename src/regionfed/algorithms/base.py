@@ -197,10 +197,6 @@ class Strategy(ABC):
     #: methods): a distributed runtime then computes it on the client's own node, from the
     #: global ``params`` and that state
     evaluates_on_client: bool = False
-    #: True when that client-side evaluation also needs server state beyond the global
-    #: ``params`` (e.g. a regional model): a distributed runtime that sends only ``params``
-    #: must refuse the method rather than evaluate it wrongly
-    client_evaluation_needs_server_state: bool = False
 
     def __init__(self, sample_rate: float = 1.0, server_lr: float = 1.0,
                  dp: DPConfig | None = None) -> None:
@@ -330,6 +326,18 @@ class Strategy(ABC):
         """The parameters ``client_id`` is evaluated with (default: the global model)."""
         return self.params
 
+    def client_evaluation_arrays(self, region: str) -> dict[str, torch.Tensor]:
+        """Server state beyond ``params`` that a client-side :meth:`eval_params` of a client
+        in ``region`` needs (e.g. its regional model): a distributed runtime sends it with
+        the evaluation request, and the client's node hands it to
+        :meth:`receive_client_evaluation_arrays` (default: nothing)."""
+        return {}
+
+    def receive_client_evaluation_arrays(self, region: str,
+                                         arrays: dict[str, torch.Tensor]) -> None:
+        """On a client's node: take what :meth:`client_evaluation_arrays` sent (default:
+        nothing to take)."""
+        return None
 
 
 class SingleExchangeStrategy(Strategy):

@@ -102,3 +102,24 @@ def test_a_client_personalized_model_is_evaluated_on_its_node():
     assert counts == score_counts(node, personal, "val")
     assert evaluation_counts(node, start, "val", False, state) == score_counts(node, start,
                                                                                "val")
+
+
+def test_a_two_level_client_on_its_node_chooses_with_the_regional_model_it_was_sent():
+    """regionfed-plus on a node: the regional model comes with the evaluation request (the
+    node holds no server state). Global and personal models untrained, the regional one
+    trained on this client: the regional model is scored (without the request's regional
+    model the node would have only untrained candidates)."""
+    from flwr.app import RecordDict
+
+    from regionfed.runtime.flower.node import evaluation_counts, score_counts
+    from regionfed.runtime.params import get_flat
+
+    node = build_node({**RUN, "method": "regionfed-plus"}, {"partition-id": 1})
+    start = get_flat(node.task.build_model(0))
+    trained, _ = node.client.train(start, epochs=2)
+    state = RecordDict()
+    node.client.state = {"personal": start.clone()}
+    save_client_state(node, state)
+    counts = evaluation_counts(node, start, "val", True, state, {"regional": trained})
+    assert counts == score_counts(node, trained, "val")
+    assert score_counts(node, trained, "val") != score_counts(node, start, "val")

@@ -94,14 +94,31 @@ def test_under_dp_the_server_collects_no_per_round_validation(monkeypatch, sigma
     assert ("train_loss" in run.history[0]) is (sigma == 0.0)
 
 
-def test_a_method_whose_client_evaluation_needs_server_state_is_refused():
-    """regionfed-plus's clients choose among global, regional and personal models; the
-    Flower driver sends only the global one, so it refuses before training."""
+def test_a_client_side_evaluation_request_carries_the_regional_model():
+    """regionfed-plus's clients choose among global, regional and personal models on their
+    own node: the request carries the global model and the client's regional model; a
+    method evaluated on the server sends only the parameters to score."""
     from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
     from regionfed.algorithms.regionfed.plus import RegionFedPlus
-    from regionfed.errors import MethodNotApplicableError
+    from regionfed.runtime.flower.server import (
+        evaluation_request,
+        evaluation_state,
+        params_tensor,
+    )
 
-    with pytest.raises(MethodNotApplicableError, match="in-process runtime"):
-        ScriptedDriver().run(RegionFedPlus())
-    assert not RegionFedPlus(RegionFedPlusConfig(two_level=False)) \
-        .client_evaluation_needs_server_state
+    view = FederationView(regions=("us", "de"), client_region=dict(CLIENTS),
+                          num_examples=dict.fromkeys(CLIENTS, 10))
+    plus = RegionFedPlus()
+    plus.setup(torch.zeros(5), view, np.random.default_rng(0))
+    plus.offsets["de"] += 2.0  # α = 1 until shrinkage runs: θ_de = θ + 2
+    content = evaluation_request(plus, "nan-loss", "de", "val")
+    assert torch.equal(params_tensor(content), torch.zeros(5))
+    assert set(evaluation_state(content)) == {"regional"}
+    assert torch.equal(evaluation_state(content)["regional"], torch.full((5,), 2.0))
+    assert content["meta"]["on_client"]
+    flat = RegionFedPlus(RegionFedPlusConfig(two_level=False))
+    flat.setup(torch.zeros(5), view, np.random.default_rng(0))
+    flat.offsets["de"] += 2.0
+    content = evaluation_request(flat, "nan-loss", "de", "val")  # scored on the server
+    assert torch.equal(params_tensor(content), torch.full((5,), 2.0))
+    assert evaluation_state(content) == {} and not content["meta"]["on_client"]

@@ -22,7 +22,7 @@ from regionfed.runtime.flower.node import (
     load_run_config,
     run_settings,
 )
-from regionfed.runtime.flower.server import FlowerDriver, params_tensor
+from regionfed.runtime.flower.server import FlowerDriver, evaluation_state, params_tensor
 from regionfed.runtime.simulator import FederatedRun
 
 
@@ -55,7 +55,7 @@ def make_client_app(defaults: dict[str, Any] | None = None):  # -> flwr.clientap
         meta = message.content["meta"]
         counts = evaluation_counts(node_of(context), params_tensor(message.content),
                                    str(meta["split"]), bool(meta.get("on_client", False)),
-                                   context.state)
+                                   context.state, evaluation_state(message.content))
         return Message(RecordDict({"counts": ConfigRecord(
             {k: float(v) for k, v in counts.items()})}), reply_to=message)
 

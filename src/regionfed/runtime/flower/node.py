@@ -193,13 +193,17 @@ def handle_instruction(node: Node, content: Any, state: Any) -> Any:
 
 
 def evaluation_counts(node: Node, params: torch.Tensor, split: str, on_client: bool,
-                      state: Any) -> dict[str, float]:
+                      state: Any, server_state: dict[str, torch.Tensor] | None = None
+                      ) -> dict[str, float]:
     """Score this client on ``split``: with ``params``, or when ``on_client`` (a
     client-personalized strategy) with ``strategy.eval_params`` computed here from the
-    global ``params`` and the client's private state."""
+    global ``params``, the server state the request carries and the client's private
+    state."""
     if on_client:
         restore_client_state(node, state)
         node.strategy.params = params
+        node.strategy.receive_client_evaluation_arrays(node.client.region,
+                                                       server_state or {})
         params = node.strategy.eval_params(node.client.client_id, node.client.region,
                                            node.client)
     return score_counts(node, params, split)

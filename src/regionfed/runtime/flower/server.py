@@ -115,11 +115,6 @@ class FlowerDriver:
     # -- the round loop (Simulator.run over messages) ------------------------------------
     def run(self, strategy: Strategy, on_round: Callable[[dict[str, Any]], None] | None = None,
             ledger: PrivacyLedger | None = None) -> FederatedRun:
-        if strategy.client_evaluation_needs_server_state:
-            raise MethodNotApplicableError(
-                f"{strategy.name} evaluates clients with server state the Flower runtime "
-                "does not send yet (its regional models); use the in-process runtime or "
-                "switch its client-side personalization off")
         strategy.setup(get_flat(self.model), self.view,
                        np.random.default_rng(derived_seed(self.seed, 7919)))
 
@@ -161,27 +156,37 @@ class FlowerDriver:
     def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
         """Every client scored on its own ``split`` with the parameters the strategy assigns
         it; counts pooled per region and overall (the in-process evaluator's result keys)."""
-        from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+        from flwr.app import Message
 
-        messages = []
-        for node in self.scored:
-            # a client-personalized model is made on its node, from the global model and
-            # the client's private state
-            params = (strategy.params if strategy.evaluates_on_client else
-                      strategy.eval_params(node.client_id, node.region, None))
-            if isinstance(params, Ensemble):
-                raise MethodNotApplicableError(
-                    f"{strategy.name} evaluates with ensembles, which the Flower runtime "
-                    "does not send yet; use the in-process runtime")
-            content = RecordDict({
-                "arrays": ArrayRecord(array_dict={"params": Array(params.numpy())}),
-                "meta": ConfigRecord({"split": split,
-                                      "on_client": strategy.evaluates_on_client})})
-            messages.append(Message(content, dst_node_id=node.node_id,
-                                    message_type=SCORE_TYPE))
+        messages = [Message(evaluation_request(strategy, node.client_id, node.region, split),
+                            dst_node_id=node.node_id, message_type=SCORE_TYPE)
+                    for node in self.scored]
         counts = {node.client_id: dict(reply.content["counts"])
                   for node, reply in zip(self.scored, self._send(messages), strict=True)}
         return pooled_scores(self.task, self.scored_view, counts)
+
+
+def evaluation_request(strategy: Strategy, client_id: str, region: str, split: str) -> Any:
+    """The content of one client's evaluation message: the parameters it is scored with,
+    or for a client-personalized strategy (whose model is made on the client's node from
+    its private state) the global model and the server state that needs
+    (:meth:`Strategy.client_evaluation_arrays`, e.g. the client's regional model)."""
+    from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+    if strategy.evaluates_on_client:
+        arrays = {"params": strategy.params,
+                  **{f"state.{k}": v
+                     for k, v in strategy.client_evaluation_arrays(region).items()}}
+    else:
+        params = strategy.eval_params(client_id, region, None)
+        if isinstance(params, Ensemble):
+            raise MethodNotApplicableError(
+                f"{strategy.name} evaluates with ensembles, which the Flower runtime does not "
+                "send yet; use the in-process runtime")
+        arrays = {"params": params}
+    return RecordDict({
+        "arrays": ArrayRecord(array_dict={k: Array(v.numpy()) for k, v in arrays.items()}),
+        "meta": ConfigRecord({"split": split, "on_client": strategy.evaluates_on_client})})
 
 
 def pooled_scores(task: Any, view: FederationView, counts: dict[str, dict[str, float]]
@@ -205,3 +210,11 @@ def pooled_scores(task: Any, view: FederationView, counts: dict[str, dict[str, f
 
 def params_tensor(content: Any) -> torch.Tensor:
     return torch.from_numpy(content["arrays"]["params"].numpy().copy())
+
+
+def evaluation_state(content: Any) -> dict[str, torch.Tensor]:
+    """The server state an evaluation request carries beside ``params``
+    (:meth:`Strategy.client_evaluation_arrays`)."""
+    arrays = content["arrays"]
+    return {key.removeprefix("state."): torch.from_numpy(arrays[key].numpy().copy())
+            for key in arrays if key.startswith("state.")}
