@@ -14,9 +14,11 @@ from regionfed.studies.results_doc import (
     load_claims,
     paper_table,
     privacy_cost,
+    region_gap_table,
     scoreboard,
     single_method_effects,
     workers_phrase,
+    worst_region_gap,
 )
 
 
@@ -42,6 +44,7 @@ def test_the_results_document_is_built_from_the_study_records(studies, tmp_path,
     assert text.count("min for the last invocation (one variant at a time)") == 2
     assert f"`{studies / 'heterogeneity' / 'a_D-0.1'}`" in text  # the run folder
     assert "Regional equity" in text
+    assert "No region loses?" in text  # each method's worst region against fedavg's
     assert "Not measured yet: `regions`, `assignment`" in text  # what is still missing
 
 
@@ -191,3 +194,32 @@ def test_an_epsilon_from_the_earlier_ledger_is_labelled(tmp_path):
     assert legacy_ledger_note(rows[0]) == LEGACY_LEDGER and legacy_ledger_note(rows[1]) is None
     table = our_table({"rows": rows, "variants": ["a", "b"]})
     assert f"(ε 2.40; {LEGACY_LEDGER})" in table and "| b | 50.0 (ε 2.40) |" in table
+
+
+def test_the_worst_region_gap_is_the_largest_loss_against_the_reference():
+    ours = [{"a": 0.90, "b": 0.70}, {"a": 0.92, "b": 0.72}]
+    fedavg = [{"a": 0.85, "b": 0.80}, {"a": 0.85, "b": 0.80}]
+    region, points, noise = worst_region_gap(ours, fedavg)
+    assert region == "b" and points == pytest.approx(-9.0)
+    assert noise == pytest.approx(100 * 0.02 / 2**0.5)  # the larger per-region seed std
+
+
+def test_a_region_that_loses_beyond_seed_noise_is_marked(tmp_path):
+    def run(name, per_region_seeds):
+        folder = tmp_path / name
+        folder.mkdir()
+        seeds = [{"per_region": r} for r in per_region_seeds]
+        (folder / "results.json").write_text(json.dumps(
+            {"methods": {m: {"seeds": seeds} for m in ("fedavg", "plus", "other")}}))
+        return str(folder)
+
+    fedavg = run("fedavg", [{"a": 0.80}, {"a": 0.81}])
+    loses = run("loses", [{"a": 0.70}, {"a": 0.71}])
+    within = run("within", [{"a": 0.795}, {"a": 0.809}])
+    record = {"variants": ["v"], "rows": [
+        {"variant": "v", "method": "fedavg", "run": fedavg},
+        {"variant": "v", "method": "plus", "run": within},
+        {"variant": "v", "method": "other", "run": loses}]}
+    table = region_gap_table(record)
+    assert "-0.3 a (±1.0) |" in table and "-10.0 a (±0.7) **loses**" in table
+    assert region_gap_table({"variants": ["v"], "rows": record["rows"][1:]}) is None

@@ -17,12 +17,13 @@ from typing import Any
 
 import yaml
 
+from regionfed import metrics
 from regionfed.errors import DataError
 from regionfed.studies.registry import STUDIES
 
 CLAIMS_FILE = Path(__file__).with_name("paper_claims.yaml")
-REGIONFED = ("regionfed-grad", "regionfed-interp", "regionfed-meta", "regionfed-dynamic",
-             "regionfed-ensemble", "regionfed-persist")
+REGIONFED = ("regionfed-plus", "regionfed-grad", "regionfed-interp", "regionfed-meta",
+             "regionfed-dynamic", "regionfed-ensemble", "regionfed-persist")
 PERSONALIZED = ("local", "ditto", "pfedme", "apfl", "fedbabu", "fedrep", "fedtp")
 #: studies whose variants run along one axis, mildest first → what the drop from the first
 #: variant to the last measures
@@ -104,6 +105,63 @@ def equity_table(record: dict[str, Any]) -> str:
         lines.append(f"| {row['variant']} | {row['method']} | {pct(row['rrs'])} | "
                      f"{pct(row['worst_region'])} | {pct(row['region_std'])} |")
     return "\n".join(lines)
+
+
+def per_region_seeds(row: dict[str, Any]) -> list[dict[str, float]] | None:
+    """Each seed's per-region test Overall of one study row, read from its run folder's
+    ``results.json`` (``None`` where the folder or the numbers are missing)."""
+    path = Path(str(row.get("run", ""))) / "results.json"
+    try:
+        seeds = json.loads(path.read_text())["methods"][row["method"]]["seeds"]
+        return [dict(seed["per_region"]) for seed in seeds]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def worst_region_gap(method: list[dict[str, float]], reference: list[dict[str, float]]
+                     ) -> tuple[str, float, float] | None:
+    """The region where ``method`` falls furthest below ``reference``: ``(region, mean gap
+    over seeds in points, seed noise in points)``, the noise being the larger of the two
+    per-region seed standard deviations (as :func:`margins` uses for the Overall)."""
+    regions = [r for r in reference[0] if all(r in seed for seed in method + reference)]
+    if not regions:
+        return None
+    gaps = {}
+    for region in regions:
+        ours, theirs = ([seed[region] for seed in seeds] for seeds in (method, reference))
+        noise = max(metrics.mean_std(ours)[1], metrics.mean_std(theirs)[1])
+        gaps[region] = (100 * (metrics.mean_std(ours)[0] - metrics.mean_std(theirs)[0]),
+                        100 * noise)
+    worst = min(gaps, key=lambda r: gaps[r][0])
+    return worst, *gaps[worst]
+
+
+def region_gap_table(record: dict[str, Any], reference: str = "fedavg") -> str | None:
+    """No region loses: per study point and method, the region with the largest loss against
+    ``reference``'s model of that region (test Overall, points, mean over seeds) and whether
+    that loss is beyond seed noise. ``None`` where the study has no ``reference`` rows."""
+    rows = record["rows"]
+    methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != reference]
+    cell = {(r["variant"], r["method"]): r for r in rows}
+    lines = ["| variant | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    found = False
+    for variant in record["variants"]:
+        base = cell.get((variant, reference))
+        base_seeds = per_region_seeds(base) if base else None
+        cells = []
+        for method in methods:
+            row = cell.get((variant, method))
+            gap = (worst_region_gap(seeds, base_seeds) if row and base_seeds and
+                   (seeds := per_region_seeds(row)) else None)
+            if gap is None:
+                cells.append("–")
+                continue
+            found = True
+            region, points, noise = gap
+            mark = " **loses**" if points < -noise else ""
+            cells.append(f"{points:+.1f} {region} (±{noise:.1f}){mark}")
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) if found else None
 
 
 def paper_table(claim: dict[str, Any]) -> str:
@@ -274,6 +332,11 @@ def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
              "mean ± std over seeds):", "", our_table(record)]
     if record["study"] == "heterogeneity":
         parts += ["", "Regional equity (test):", "", equity_table(record)]
+    gaps = region_gap_table(record)
+    if gaps is not None:
+        parts += ["", "No region loses? Per method, the region it serves worst against "
+                  "fedavg's model of that region (test Overall, points, mean over seeds; "
+                  "**loses** = below by more than the larger per-region seed std):", "", gaps]
     claim = claims.get(CLAIM_KEYS.get(record["study"], ""), None)
     if isinstance(claim, dict) and "rows" in claim:
         parts += ["", "Paper:", "", paper_table(claim)]
