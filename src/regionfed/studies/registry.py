@@ -31,6 +31,15 @@ LARGE_FEDERATION: dict[str, Any] = {
     "data.num_queries": 160_000, "data.num_regions": 8, "data.clients_per_region": 1000,
     "training.rounds": 10, "training.local_epochs": 3, "training.eval_every": 10,
     "regionfed.rho_tolerance": 0.05, "regionfed.user_personalization": False}
+#: real LEAF FEMNIST writers (../shared/data) with the paper's CNN (App. B.3): the 40 writers
+#: with the most training images in 4 regions by Ward clustering of their class histograms;
+#: 30 rounds of one local epoch; every trained method's learning rate (and its own key
+#: hyper-parameter) tuned on validation (:mod:`regionfed.tuning`, tuning seed 1000)
+FEMNIST: dict[str, Any] = {
+    "dataset": "femnist", "data.num_regions": 4, "data.max_writers": 40, "model.name": "cnn",
+    "training.rounds": 30, "training.local_epochs": 1, "training.batch_size": 20,
+    "training.optimizer.name": "adamw", "training.eval_every": 10,
+    "tuning.enabled": True, "tuning.lr": [1e-3, 3e-3]}
 #: the personalised comparison set most studies report
 CORE_METHODS = ("fedavg", "ditto", "region-fedavg", "regionfed-grad", "regionfed-interp",
                 "regionfed-meta")
@@ -88,7 +97,8 @@ def _ablation() -> tuple[Variant, ...]:
 
 def _plus_ablation() -> tuple[Variant, ...]:
     """regionfed-plus's switches (issue 26): without DP each of shrinkage, two-level
-    personalization and a head-only regional part taken away or changed; under DP
+    personalization, the margin of a client's model choice and a head-only regional part
+    taken away or changed; under DP
     (σ = 1, q = 0.5) the share f of the budget given to the regional releases."""
     dp = {"dp.mode": "user", "dp.sigma": 1.0, "dp.clip": 1.0, "training.sample_rate": 0.5}
     off = {"shrinkage": False, "two_level": False}
@@ -97,6 +107,7 @@ def _plus_ablation() -> tuple[Variant, ...]:
                  for name in off]
     variants += [Variant("no shrinkage, no two-level",
                          {f"regionfed_plus.{k}": v for k, v in off.items()}),
+                 Variant("no choice margin", {"regionfed_plus.choice_margin": 0.0}),
                  Variant("head-only regions", {"regionfed_plus.regional_part": "head"})]
     variants += [Variant(f"σ=1, f={f}", {**dp, "regionfed_plus.regional_share": f})
                  for f in (0.1, 0.2, 0.5)]
@@ -134,7 +145,7 @@ def _sensitivity() -> tuple[Variant, ...]:
 STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("heterogeneity", "Robustness to heterogeneity", "Table 2 and Table 11",
           "how each method holds up as clients' data get more skewed (Dirichlet α_D)",
-          CORE_METHODS,
+          (*CORE_METHODS, "local", "regionfed-plus"),
           tuple(Variant(f"α_D={a}", {"data.alpha_d": a}) for a in (1.0, 0.3, 0.1))),
     Study("regions", "Scale in the number of regions", "Table 12",
           "whether RegionFed's gain survives 4, 8 and 16 regions",
@@ -157,7 +168,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           ("regionfed-meta",), _sensitivity(), seeds=2),  # 19 variants
     Study("privacy", "Privacy–utility", "Table 19",
           "what user-level DP costs at each σ, with ε from the ledger",
-          ("fedavg", "region-fedavg", "regionfed-grad", "regionfed-meta"),
+          ("fedavg", "local", "ditto", "region-fedavg", "regionfed-grad", "regionfed-meta",
+           "regionfed-plus"),
           _privacy(sample_rate=0.5)),
     Study("privacy-large", "Privacy–utility in a large federation", "Table 19; docs/privacy.md",
           "whether DP becomes cheap when each round averages many clients (8 regions × "
@@ -173,6 +185,13 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           # at 4,000 queries): half the data, 10 rounds, half the clients a round, 2 seeds
           reduced={**REDUCED, "data.num_queries": 4000, "training.rounds": 10,
                    "training.sample_rate": 0.5}, seeds=2),
+    Study("femnist", "Real handwriting (FEMNIST)", "Table 1 Panel C (App. B.3)",
+          "whether sharing beats training alone on real writers, with every method's "
+          "learning rate tuned on validation",
+          ("local", "fedavg", "ditto", "region-fedavg", "regionfed-grad", "regionfed-plus"),
+          (Variant("4 clustered regions"),), reduced=FEMNIST,
+          full={**FEMNIST, "data.max_writers": None, "data.num_regions": 8,
+                "training.rounds": 50}),
     Study("concept-shift", "Concept shift", "(no paper table)",
           "where personalization helps (regions disagree on labels) and where it cannot",
           ("fedavg", "local", "ditto", "regionfed-grad", "regionfed-meta"),
