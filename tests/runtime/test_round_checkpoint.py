@@ -122,3 +122,16 @@ def test_a_resumed_run_reports_the_time_of_every_invocation(tiny_federation, tin
                             checkpoints=checkpoints)
     assert checkpoints.seconds_before_resume == 5000.0
     assert 5000.0 < outcome.seconds < 5000.0 + 600.0
+
+
+def test_one_tensor_held_by_many_clients_is_written_once():
+    """regionfed-plus hands every client the same initial model as its personal start: a
+    checkpoint of 8,000 such clients must not write 8,000 copies of it."""
+    from regionfed.runtime.state import capture_value, load_value
+
+    shared, own = torch.arange(4.0), torch.ones(4)
+    clients = {"a": {"personal": shared}, "b": {"personal": shared}, "c": {"personal": own}}
+    tree, tensors = capture_value(clients)
+    assert len(tensors) == 2
+    loaded = load_value(tree, tensors)
+    assert all(torch.equal(loaded[c]["personal"], clients[c]["personal"]) for c in clients)

@@ -167,7 +167,9 @@ class RegionFedPlus(Strategy):
     def client_train(self, instruction: TrainInstruction, client: ClientContext
                      ) -> ClientResult:
         if instruction.config.get(PERSONAL_INIT):
-            client.state["personal"] = instruction.params.detach().clone()
+            # a reference, not a copy: until a client trains it, every personal model is
+            # this one tensor (8,000 clients of a large federation would hold 8,000 copies)
+            client.state["personal"] = instruction.params.detach()
             return ClientResult(client.client_id, client.region, None, client.num_examples)
         result = self.train_and_report(instruction, client, stream=SHARED_STREAM)
         if self.config.two_level:
