@@ -44,11 +44,12 @@ class _Writer:
     def __init__(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
         #: a tensor object met more than once (e.g. one initial model every client holds
-        #: as its personal start) is written once: id → (its name, the object, kept alive)
+        #: as its personal start) is written once: id → (its name, the object — kept alive,
+        #: so no later temporary can reuse its id)
         self._seen: dict[int, tuple[str, torch.Tensor]] = {}
 
     def tensor(self, value: torch.Tensor) -> str:
-        if (seen := self._seen.get(id(value))) is not None and seen[1] is value:
+        if (seen := self._seen.get(id(value))) is not None:
             return seen[0]
         name = f"t{len(self.tensors)}"
         self.tensors[name] = value.detach().cpu().contiguous().clone()

@@ -107,14 +107,22 @@ def equity_table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def per_region_seeds(row: dict[str, Any]) -> list[dict[str, float]] | None:
-    """Each seed's per-region test Overall of one study row, read from its run folder's
-    ``results.json`` (``None`` where the folder or the numbers are missing)."""
-    path = Path(str(row.get("run", ""))) / "results.json"
+def run_results(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``results.json`` of one study row's run folder (``None`` where it is missing or
+    unreadable)."""
     try:
-        seeds = json.loads(path.read_text())["methods"][row["method"]]["seeds"]
-        return [dict(seed["per_region"]) for seed in seeds]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return json.loads((Path(str(row.get("run", ""))) / "results.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def per_region_seeds(results: dict[str, Any] | None, method: str
+                     ) -> list[dict[str, float]] | None:
+    """Each seed's per-region test Overall of ``method`` in a run's ``results.json``
+    (``None`` where the numbers are missing)."""
+    try:
+        return [dict(seed["per_region"]) for seed in results["methods"][method]["seeds"]]
+    except (KeyError, TypeError):
         return None
 
 
@@ -128,10 +136,9 @@ def worst_region_gap(method: list[dict[str, float]], reference: list[dict[str, f
         return None
     gaps = {}
     for region in regions:
-        ours, theirs = ([seed[region] for seed in seeds] for seeds in (method, reference))
-        noise = max(metrics.mean_std(ours)[1], metrics.mean_std(theirs)[1])
-        gaps[region] = (100 * (metrics.mean_std(ours)[0] - metrics.mean_std(theirs)[0]),
-                        100 * noise)
+        (ours, ours_std), (theirs, theirs_std) = (
+            metrics.mean_std([seed[region] for seed in seeds]) for seeds in (method, reference))
+        gaps[region] = (100 * (ours - theirs), 100 * max(ours_std, theirs_std))
     worst = min(gaps, key=lambda r: gaps[r][0])
     return worst, *gaps[worst]
 
@@ -143,16 +150,24 @@ def region_gap_table(record: dict[str, Any], reference: str = "fedavg") -> str |
     rows = record["rows"]
     methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != reference]
     cell = {(r["variant"], r["method"]): r for r in rows}
+    loaded: dict[str, dict[str, Any] | None] = {}  # run folder → results.json, read once
+
+    def seeds_of(row: dict[str, Any] | None) -> list[dict[str, float]] | None:
+        if row is None:
+            return None
+        run = str(row.get("run", ""))
+        if run not in loaded:
+            loaded[run] = run_results(row)
+        return per_region_seeds(loaded[run], row["method"])
+
     lines = ["| variant | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     found = False
     for variant in record["variants"]:
-        base = cell.get((variant, reference))
-        base_seeds = per_region_seeds(base) if base else None
+        base_seeds = seeds_of(cell.get((variant, reference)))
         cells = []
         for method in methods:
-            row = cell.get((variant, method))
-            gap = (worst_region_gap(seeds, base_seeds) if row and base_seeds and
-                   (seeds := per_region_seeds(row)) else None)
+            seeds = seeds_of(cell.get((variant, method)))
+            gap = worst_region_gap(seeds, base_seeds) if seeds and base_seeds else None
             if gap is None:
                 cells.append("–")
                 continue

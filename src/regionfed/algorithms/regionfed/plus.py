@@ -223,18 +223,18 @@ def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientCont
     must beat the default's score s₀ by ``margin`` standard errors √(s₀(1 − s₀)/n) of it
     (ties: the order of :data:`CANDIDATES`); the default when the client has no validation
     data."""
-    names = [name for name in CANDIDATES if name in candidates]
-    scores = {}
-    for name in names:
-        score_sum, count = client.validation_score(candidates[name])
-        scores[name] = score_sum / count if count else 0.0
+    default, *challengers = [name for name in CANDIDATES if name in candidates]
+    score_sum, count = client.validation_score(candidates[default])
     if not count:
-        return names[0]
-    default = names[0]
+        return default
+    scores = {default: score_sum / count}
+    for name in challengers:
+        score_sum, _ = client.validation_score(candidates[name])
+        scores[name] = score_sum / count
     s0 = min(max(scores[default], 0.0), 1.0)
     bar = scores[default] + margin * float(np.sqrt(s0 * (1.0 - s0) / count))
     best = default
-    for name in names[1:]:
+    for name in challengers:
         beats_default = scores[name] > scores[default] and scores[name] >= bar
         if beats_default and (best == default or scores[name] > scores[best]):
             best = name
