@@ -106,6 +106,8 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
                             checkpoints=checkpoints)
         test, history = run.test, run.history
         privacy = ledger.to_dict()
+        if diagnostics := strategy.evaluation_diagnostics():
+            test = {**test, "diagnostics": diagnostics}
         if isinstance(strategy, RegionFed) and config.regionfed.user_personalization:
             test = {**test, "user_personalization": user_level_stage(
                 simulator, strategy, config.regionfed, test)}
@@ -459,6 +461,8 @@ def _run_and_record(method: str, seed: int, federation: Federation, task: Task,
             "per_client": outcome.test["per_client"],
             **({"user_personalization": outcome.test["user_personalization"]}
                if "user_personalization" in outcome.test else {}),
+            **({"diagnostics": outcome.test["diagnostics"]}
+               if "diagnostics" in outcome.test else {}),
             "per_region_metrics": outcome.test["per_region_metrics"]}
 
 

@@ -91,6 +91,21 @@ def test_with_a_margin_a_challenger_must_beat_the_regional_model_by_standard_err
     assert choose_on_validation(candidates, client, margin=1.0) == "global"
 
 
+def test_the_diagnostics_count_each_regions_choices_at_the_last_evaluation():
+    clients, view = _shifted()
+    strategy = RegionFedPlus(RegionFedPlusConfig(), server_lr=1.0)
+    assert strategy.evaluation_diagnostics() == {}  # nothing evaluated yet
+    run_rounds(strategy, clients, view, rounds=1)
+    picks = {"a/0": [0.2, 0.9, 0.1], "a/1": [0.9, 0.1, 0.1],  # regional, global, personal
+             "b/0": [0.1, 0.1, 0.9], "b/1": [0.1, 0.1, 0.9]}
+    for client_id, scores in picks.items():
+        clients[client_id].score_ = list(scores)
+        strategy.eval_params(client_id, client_id[0], clients[client_id])
+    assert strategy.evaluation_diagnostics() == {"choices": {
+        "a": {"regional": 1, "global": 1, "personal": 0},
+        "b": {"regional": 0, "global": 0, "personal": 2}}}
+
+
 def test_a_personal_model_is_anchored_only_on_a_regional_model_that_validates_as_well():
     client = QuadraticClient("u", "a", 10, torch.zeros(2))
     personal, anchor = torch.zeros(2), torch.ones(2)
@@ -167,6 +182,9 @@ def test_the_cli_runs_plus_under_dp_at_fedavgs_epsilon(tmp_path, capsys):
                               "--rounds", "2", "--sample-rate", "0.5", "--dp-sigma", "1",
                               "--out", str(out))
     assert code == 0 and "| regionfed-plus" in stdout
+    seeds = json.loads((out / "results.json").read_text())["methods"]["regionfed-plus"]["seeds"]
+    choices = seeds[0]["diagnostics"]["choices"]  # every client's pick, by region
+    assert sum(sum(c.values()) for c in choices.values()) == len(seeds[0]["per_client"])
     privacy = json.loads((out / "privacy.json").read_text())["methods"]
     assert privacy["regionfed-plus"]["epsilon_pld"] == pytest.approx(
         privacy["fedavg"]["epsilon_pld"], rel=1e-9)

@@ -339,6 +339,12 @@ class Strategy(ABC):
         nothing to take)."""
         return None
 
+    def evaluation_diagnostics(self) -> dict[str, Any]:
+        """What the strategy decided per client at its last in-process evaluation that a
+        run's results should keep (e.g. which candidate model each client chose; default:
+        nothing)."""
+        return {}
+
 
 class SingleExchangeStrategy(Strategy):
     """A round of one exchange: configure the sampled clients, train, aggregate."""

@@ -69,6 +69,8 @@ class RegionFedPlus(Strategy):
         #: on a client's node (distributed runtimes): the served model of its region, as the
         #: server sent it for an evaluation (:meth:`client_evaluation_arrays`)
         self.received_regional: dict[str, torch.Tensor] = {}
+        #: client → the candidate (:data:`CANDIDATES`) it was last evaluated with
+        self.choices: dict[str, str] = {}
         self.offsets: dict[str, torch.Tensor] = {}
         #: accumulated per-coordinate noise variance of each region's offset, per block
         self.noise_var: dict[str, list[float]] = {}
@@ -191,8 +193,18 @@ class RegionFedPlus(Strategy):
             return regional
         candidates = {"regional": regional, "global": self.params,
                       "personal": client.state.get("personal", regional)}
-        return candidates[choose_on_validation(candidates, client,
-                                               self.config.choice_margin)]
+        choice = choose_on_validation(candidates, client, self.config.choice_margin)
+        self.choices[client_id] = choice
+        return candidates[choice]
+
+    def evaluation_diagnostics(self) -> dict[str, Any]:
+        """Per region, how many clients were last evaluated with each candidate."""
+        if not self.choices:
+            return {}
+        counts = {r: dict.fromkeys(CANDIDATES, 0) for r in self.view.regions}
+        for client_id, choice in self.choices.items():
+            counts[self.view.client_region[client_id]][choice] += 1
+        return {"choices": counts}
 
     def client_evaluation_arrays(self, region: str) -> dict[str, torch.Tensor]:
         return {"regional": self.regional_params(region)} if self.config.two_level else {}
