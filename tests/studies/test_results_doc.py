@@ -25,8 +25,11 @@ from regionfed.studies.results_doc import (
 @pytest.fixture(scope="module")
 def studies(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweeps")
-    for name in ("heterogeneity", "concept-shift"):
-        assert main(["sweep", name, *TINY, "--out", str(root / name)]) == 0
+    # three methods each: fedavg (the equity reference), a RegionFed variant and one more
+    for name, methods in (("heterogeneity", "[fedavg,regionfed-grad,regionfed-plus]"),
+                          ("concept-shift", "[fedavg,local,regionfed-grad]")):
+        assert main(["sweep", name, *TINY, "--set", f"methods={methods}",
+                     "--out", str(root / name)]) == 0
     return root
 
 
