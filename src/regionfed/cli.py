@@ -98,11 +98,13 @@ def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) 
     p.add_argument("--dataset", choices=["esci-synth", "femnist", "esci", "reviews"],
                    help="benchmark (default esci-synth; femnist reads real LEAF data, esci "
                    "real Amazon ESCI queries with weak labels (regions = locales), reviews "
-                   "Amazon reviews as JSON lines (regions = categories); all read data.path)")
+                   "Amazon reviews: UCSD *_5.json(.gz) files or JSON lines (regions = "
+                   "categories); all read data.path)")
     p.add_argument("--data-dir", metavar="DIR",
                    help="folder holding the real dataset's files (femnist: a LEAF folder or "
                    "one .npz; esci: shopping_queries_dataset_examples.parquet or one "
-                   "*examples*.csv, plus products if present; reviews: one .jsonl)")
+                   "*examples*.csv, plus products if present; reviews: every .json, .jsonl, "
+                   ".json.gz, .jsonl.gz file, a region per category)")
     p.add_argument("--model", choices=list(MODEL_CONFIGS),
                    help="model (default tiny; t5-tiny/t5-small: T5 text-to-text; minilm: "
                    "pretrained all-MiniLM-L6-v2, needs the hf extra; cnn for femnist)")

@@ -313,7 +313,9 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
         write_json(partial, record)
         _round_checkpoints(out, method, seed, configs[method]).remove()  # superseded
         outcomes[method].append(record)
-    results = {"config": config.model_dump(mode="json"),
+    # what the loader read, kept and skipped (the split sizes), where it says
+    data = {k: federation.meta[k] for k in ("source", "split_sizes") if k in federation.meta}
+    results = {"config": config.model_dump(mode="json"), **({"data": data} if data else {}),
                "methods": {m: {**summarize_seeds(recs),
                                **({"tuning": tuned[m]} if m in tuned else {})}
                            for m, recs in outcomes.items() if recs},

@@ -33,7 +33,7 @@ def test_femnist_takes_a_leaf_folder_or_the_one_npz(tmp_path):
 
 
 @pytest.mark.parametrize(("dataset", "message"), [
-    ("esci", "no ESCI examples file"), ("reviews", "no .jsonl/.json reviews file"),
+    ("esci", "no ESCI examples file"), ("reviews", "no review file in this folder"),
     ("femnist", "no FEMNIST data"), ("esci-synth", "does not apply to esci-synth")])
 def test_an_empty_folder_names_what_was_expected(tmp_path, dataset, message):
     with pytest.raises(DataError, match=message):
@@ -41,10 +41,10 @@ def test_an_empty_folder_names_what_was_expected(tmp_path, dataset, message):
 
 
 def test_two_candidate_files_are_refused_not_guessed(tmp_path):
-    for name in ("a.jsonl", "b.jsonl"):
+    for name in ("a_examples.csv", "b_examples.csv"):
         (tmp_path / name).write_text("")
-    with pytest.raises(DataError, match=r"several candidates .*a\.jsonl, b\.jsonl"):
-        data_dir_overrides("reviews", tmp_path)
+    with pytest.raises(DataError, match=r"several candidates .*a_examples\.csv, b_examples"):
+        data_dir_overrides("esci", tmp_path)
 
 
 def test_the_run_flag_points_the_loader_at_the_folder(tmp_path):
@@ -52,7 +52,7 @@ def test_the_run_flag_points_the_loader_at_the_folder(tmp_path):
     args = build_parser().parse_args(["run", "--dataset", "reviews", "--data-dir",
                                       str(tmp_path)])
     config = config_from_args(args)
-    assert config.data.path == str(tmp_path / "reviews.jsonl")
+    assert config.data.path == str(tmp_path)  # every review file in it is read
 
 
 def test_a_missing_folder_is_one_error_line_and_exit_2(tmp_path, capsys):

@@ -10,11 +10,20 @@ import numpy as np
 import pytest
 
 from regionfed.data.federation import Federation
-from regionfed.data.reviews import ReviewsConfig, load_reviews, parse_review
+from regionfed.data.reviews import (
+    ReviewsConfig,
+    category_from_file_name,
+    load_reviews,
+    parse_review,
+    stratified_sample,
+)
 from regionfed.data.text import TextDataset
 from regionfed.errors import ConfigError, DataError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reviews" / "reviews.jsonl"
+#: UCSD Amazon Review Data files as published: 2018 5-core (one gzipped, one plain with a
+#: byte-order mark and a review without ``reviewText``) and 2014 (``reviews_<Category>_5``)
+UCSD = FIXTURE.parent / "ucsd"
 
 
 def everything(fed: Federation) -> TextDataset:
@@ -67,8 +76,11 @@ def test_loading_is_deterministic_in_the_seed():
 def test_region_filter_max_reviews_and_max_tokens():
     fed = load_reviews(path=str(FIXTURE), regions=["Home", "Books"], clients_per_region=2)
     assert fed.regions == ["Books", "Home"] and fed.meta["source"]["filtered"] == 6
-    first = load_reviews(path=str(FIXTURE), max_reviews=5, clients_per_region=1)
-    assert first.regions == ["Books"] and len(everything(first)) == 5
+    sample = load_reviews(path=str(FIXTURE), max_reviews=9, clients_per_region=1)
+    assert sample.regions == ["Books", "Electronics", "Home"] and len(everything(sample)) == 9
+    source = sample.meta["source"]  # stratified: 6 / 6 / 6 usable → 3 / 3 / 3 kept
+    assert source["available"] == {"Books": 6, "Electronics": 6, "Home": 6}
+    assert source["kept_per_region"] == {"Books": 3, "Electronics": 3, "Home": 3}
     short = load_reviews(path=str(FIXTURE), max_tokens=3, clients_per_region=2)
     assert max(len(t) for t in everything(short).tokens) == 3
 
@@ -79,6 +91,88 @@ def test_empty_texts_are_skipped_and_counted(tmp_path):
     assert len(everything(fed)) == 3 and fed.meta["source"]["empty"] == 1
 
 
+def test_reviews_without_text_are_skipped_and_counted(tmp_path):
+    lines = [GOOD] * 3 + [json.dumps({"rating": 5, "category": "Books"})]
+    fed = load_reviews(path=str(write_lines(tmp_path, lines)), clients_per_region=1)
+    assert len(everything(fed)) == 3 and fed.meta["source"]["no_text"] == 1
+
+
+def test_a_line_without_category_takes_the_files_name(tmp_path):
+    path = write_lines(tmp_path, [GOOD, json.dumps({"text": "x", "rating": 3})] * 2)
+    fed = load_reviews(path=str(path), clients_per_region=1)
+    assert fed.regions == ["Books", "reviews"]
+    assert fed.meta["source"]["category_from_file"] == 2
+
+
+# ------------------------------------------------------------------------------ UCSD files
+
+
+def test_ucsd_files_as_published_are_read_from_a_folder():
+    fed = load_reviews(path=str(UCSD), clients_per_region=2)
+    assert fed.regions == ["Digital_Music", "Musical_Instruments", "Toys_and_Games"]
+    source = fed.meta["source"]
+    assert source["no_text"] == 1  # one 2018 review has no reviewText
+    assert source["available"] == {"Digital_Music": 10, "Musical_Instruments": 13,
+                                   "Toys_and_Games": 8}
+    assert source["category_from_file"] == source["lines"] == 32  # the blank line skipped
+    data = everything(fed)
+    text = {" ".join(t): (int(y), c)
+            for t, y, c in zip(data.tokens, data.label, data.category, strict=True)}
+    # the first line of the BOM file is read like any other
+    assert text["this album is a masterpiece from the first track to the last."] == (
+        4, "Digital_Music")
+    assert text["pieces broke within an hour of play."] == (0, "Toys_and_Games")
+
+
+def test_the_cli_trains_on_a_folder_of_ucsd_files_with_a_region_per_file(tmp_path):
+    from regionfed.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--dataset", "reviews", "--data-dir", str(UCSD), "--methods",
+                 "majority", "--set", "data.clients_per_region=2", "--quiet",
+                 "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["methods"]["majority"]["per_region"]) == [
+        "Digital_Music", "Musical_Instruments", "Toys_and_Games"]
+    assert results["data"]["source"]["no_text"] == 1  # the run says what it skipped
+
+
+def test_a_misspelt_region_lists_the_valid_ones():
+    with pytest.raises(DataError, match="'Musical_Instrument' \\(regions\\); the categories "
+                       "are: Digital_Music, Musical_Instruments, Toys_and_Games"):
+        load_reviews(path=str(UCSD), regions=["Musical_Instrument"])
+
+
+def test_a_bad_line_in_a_gzipped_file_names_the_file_and_line(tmp_path):
+    import gzip
+
+    path = tmp_path / "Books_5.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write(GOOD + "\n{oops\n")
+    with pytest.raises(DataError, match="Books_5.json.gz, line 2: invalid JSON"):
+        load_reviews(path=str(tmp_path))
+    path.write_bytes(b"\x1f\x8b\x08\x00garbage")  # a gzip header, then nothing valid
+    with pytest.raises(DataError, match="Books_5.json.gz is not a readable gzip-compressed "
+                       "utf-8 text file"):
+        load_reviews(path=str(path))
+
+
+@pytest.mark.parametrize("name, category", [
+    ("Musical_Instruments_5.json.gz", "Musical_Instruments"),
+    ("reviews_Toys_and_Games_5.json", "Toys_and_Games"),
+    ("Books.jsonl", "Books"), ("Books_50.jsonl.gz", "Books_50"), ("_5.json", "_5.json")])
+def test_the_category_of_a_file_name(name, category):
+    assert category_from_file_name(Path(name)) == category
+
+
+def test_a_stratified_sample_keeps_each_groups_share():
+    groups = ["a"] * 60 + ["b"] * 30 + ["c"] * 10
+    chosen = stratified_sample(groups, 10, seed=0)
+    assert [groups[i] for i in chosen].count("a") == 6 and len(set(chosen.tolist())) == 10
+    assert [groups[i] for i in stratified_sample(groups, 11, seed=0)].count("a") == 7
+    assert chosen.tolist() == stratified_sample(groups, 10, seed=0).tolist()
+
+
 # ------------------------------------------------------------------------------ errors
 
 
@@ -87,8 +181,6 @@ def test_empty_texts_are_skipped_and_counted(tmp_path):
     ("[1, 2]", "line 2: expected a JSON object, got list"),
     (json.dumps({"text": "x", "category": "Books"}), "line 2: missing field 'rating' "
      r"\(accepted names: rating, overall\)"),
-    (json.dumps({"rating": 3, "category": "Books"}), "line 2: missing field 'text'"),
-    (json.dumps({"text": "x", "rating": 3}), "line 2: missing field 'category'"),
     (json.dumps({"text": "x", "rating": 6, "category": "B"}), "line 2: rating 6 is not an "
      "integer in 1..5"),
     (json.dumps({"text": "x", "rating": 0, "category": "B"}), "line 2: rating 0"),
@@ -112,7 +204,7 @@ def test_missing_unreadable_and_unset_files(tmp_path):
         load_reviews()
     with pytest.raises(DataError, match="reviews file not found at .*none.jsonl"):
         load_reviews(path=str(tmp_path / "none.jsonl"))
-    with pytest.raises(DataError, match="is not a file"):
+    with pytest.raises(DataError, match="no review file in this folder"):
         load_reviews(path=str(tmp_path))
     binary = tmp_path / "binary.jsonl"
     binary.write_bytes(b"\xff\xfe\x00garbage")
@@ -130,7 +222,8 @@ def test_too_few_reviews_and_unknown_regions_name_the_region(tmp_path):
         load_reviews(path=str(path), clients_per_region=2)
     assert load_reviews(path=str(path), clients_per_region=2, regions=["Books"]).regions == [
         "Books"]
-    with pytest.raises(DataError, match="category\\(ies\\) 'Garden'.*found: Books"):
+    with pytest.raises(DataError, match="category\\(ies\\) 'Garden'.*categories are: Books, "
+                       "Toys"):
         load_reviews(path=str(path), clients_per_region=1, regions=["Books", "Garden"])
 
 
@@ -147,6 +240,7 @@ def test_bad_config_is_a_config_error(overrides, fragment):
 def test_parse_review_accepts_integral_floats():
     assert parse_review({"reviewText": "ok", "overall": 3.0, "main_cat": " Toys "}, "x") == (
         "ok", 2, "Toys")
+    assert parse_review({"overall": 3.0}, "x", default_category="Toys") == (None, 2, "Toys")
 
 
 # ------------------------------------------------------------------------------ TextDataset

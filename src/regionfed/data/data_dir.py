@@ -8,7 +8,9 @@ Conventions (the names the datasets are published under, or the one file of its 
 * ``esci``: ``shopping_queries_dataset_examples.parquet`` (the official name) or the one
   ``*examples*.parquet|.csv`` file; ``shopping_queries_dataset_products.parquet`` (or the one
   ``*products*`` file) becomes ``data.products_path`` when present;
-* ``reviews``: the one ``.jsonl`` / ``.json`` file.
+* ``reviews``: the folder itself: every ``.json``, ``.jsonl``, ``.json.gz`` and
+  ``.jsonl.gz`` file in it (e.g. the UCSD ``<Category>_5.json.gz`` files), a region per
+  category.
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ def data_dir_overrides(dataset: str, directory: str | Path) -> dict[str, Any]:
             overrides["data.products_path"] = str(products)
         return overrides
     if dataset == "reviews":
-        found = _one_or_none(folder, [], ["*.jsonl", "*.json"], "reviews JSON-lines file")
-        if found is None:
-            raise DataError(f"--data-dir {folder}: no .jsonl/.json reviews file in it")
-        return {"data.path": str(found)}
+        from regionfed.data.reviews import review_files
+
+        review_files(folder)  # at least one review file, or a DataError saying what is missing
+        return {"data.path": str(folder)}
     raise DataError(f"--data-dir: unknown dataset {dataset!r}")
 
 

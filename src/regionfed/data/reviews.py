@@ -1,31 +1,41 @@
 """Amazon product reviews (e.g. McAuley et al.'s Amazon review data) as a 5-class sentiment
 federation whose regions are the product categories.
 
-Input: JSON lines, one review object per line (blank lines are skipped). Fields, each under
-either name:
+Input (``data.path``): one review file, or a folder of them (every ``*.json``, ``*.jsonl``,
+``*.json.gz`` and ``*.jsonl.gz`` in it, in name order) — the UCSD Amazon Review Data files as
+published (2018: ``<Category>_5.json.gz``; 2014: ``reviews_<Category>_5.json.gz``), gzipped
+or not, a UTF-8 byte-order mark allowed. One JSON object per line (blank lines are skipped);
+fields, each under either name:
 
-* text — ``text`` or ``reviewText`` (a string);
+* text — ``text`` or ``reviewText`` (a string; a review without it is skipped and counted,
+  as is one whose text has no tokens: the UCSD files hold some);
 * rating — ``rating`` or ``overall`` (a number in 1..5 with an integral value: 4 and 4.0
   are fine, 4.5 and ``"4"`` are not);
-* category — ``category`` or ``main_cat`` (a non-empty string).
+* category — ``category`` or ``main_cat`` (a non-empty string); where a line has neither,
+  the file's name (:func:`category_from_file_name`: ``Musical_Instruments_5.json.gz`` →
+  ``Musical_Instruments``).
 
-One example per review: its lowercased whitespace tokens, truncated to ``max_tokens``
-(reviews without tokens are skipped and counted); label = rating − 1. With ``max_reviews``
-only the first that many usable reviews (in file order, after the ``regions`` filter) are
-read. Each category is a region; per region the reviews are split into train / val / test
-and dealt to ``clients_per_region`` clients with Dirichlet(``alpha_d``) label skew
+One example per review: its lowercased whitespace tokens, truncated to ``max_tokens``;
+label = rating − 1. With ``max_reviews`` a subsample of that many usable reviews (after the
+``regions`` filter), stratified by region: each keeps its share (largest remainders), drawn
+with ``seed``; ``meta["source"]`` says how many each region had and kept. Each category is
+a region; per region the reviews are split into train / val / test and dealt to
+``clients_per_region`` clients with Dirichlet(``alpha_d``) label skew
 (:func:`regionfed.data.partition.region_client_splits`).
 
 Errors (:class:`~regionfed.errors.DataError`, naming the file and the line): unreadable
 file, invalid JSON, a line that is not an object, a missing or mistyped field, a rating out
-of range, too few reviews in a region.
+of range, too few reviews in a region, a ``regions`` name no file has (the valid ones
+listed).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +52,8 @@ NUM_CLASSES = 5
 FIELD_NAMES: dict[str, tuple[str, ...]] = {"text": ("text", "reviewText"),
                                            "rating": ("rating", "overall"),
                                            "category": ("category", "main_cat")}
+#: the names review files have (a folder's other files are ignored)
+REVIEW_SUFFIXES = (".json.gz", ".jsonl.gz", ".json", ".jsonl")
 
 
 class ReviewsConfig(BaseModel):
@@ -49,7 +61,7 @@ class ReviewsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    #: a JSON-lines file of reviews (no default: there is no shared copy)
+    #: a JSON-lines review file or a folder of them (no default: there is no shared copy)
     path: str | None = None
     clients_per_region: int = Field(4, ge=1)
     alpha_d: float = Field(0.3, gt=0.0)
@@ -57,28 +69,37 @@ class ReviewsConfig(BaseModel):
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
     seed: int = Field(0, ge=0)
     max_tokens: int = Field(64, ge=1)
-    #: read at most this many reviews (the first, in file order); None = all
+    #: keep at most this many reviews, stratified by region (seeded); None = all
     max_reviews: int | None = Field(None, ge=1)
     #: keep only these categories (regions); None = every category
     regions: list[str] | None = Field(None, min_length=1)
 
 
-def _field(record: dict[str, Any], name: str, where: str) -> Any:
+_MISSING = object()
+
+
+def _field(record: dict[str, Any], name: str, where: str, default: Any = _MISSING) -> Any:
     for key in FIELD_NAMES[name]:
         if key in record:
             return record[key]
+    if default is not _MISSING:
+        return default
     raise DataError(f"{where}: missing field {name!r} (accepted names: "
                     f"{', '.join(FIELD_NAMES[name])})")
 
 
-def parse_review(record: Any, where: str) -> tuple[str, int, str]:
-    """``(text, label, category)`` of one decoded JSON line; DataError naming ``where``."""
+def parse_review(record: Any, where: str, default_category: str | None = None
+                 ) -> tuple[str | None, int, str]:
+    """``(text, label, category)`` of one decoded JSON line (text ``None`` when the review
+    has none; category ``default_category`` when the line has no category field);
+    DataError naming ``where``."""
     if not isinstance(record, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    text = _field(record, "text", where)
+    text = _field(record, "text", where, default=None)
     rating = _field(record, "rating", where)
-    category = _field(record, "category", where)
-    if not isinstance(text, str):
+    category = _field(record, "category", where,
+                      **({} if default_category is None else {"default": default_category}))
+    if text is not None and not isinstance(text, str):
         raise DataError(f"{where}: text must be a string, got {type(text).__name__}")
     if isinstance(rating, bool) or not isinstance(rating, int | float):
         raise DataError(f"{where}: rating must be a number, got {rating!r}")
@@ -89,50 +110,116 @@ def parse_review(record: Any, where: str) -> tuple[str, int, str]:
     return text, int(rating) - 1, category.strip()
 
 
-def read_reviews(config: ReviewsConfig) -> tuple[TextDataset, dict[str, int]]:
-    """Every usable review of ``config.path`` as one dataset, plus counts (lines, kept,
-    skipped empty texts, filtered out by ``regions``)."""
-    if config.path is None:
-        raise DataError("the reviews dataset needs data.path: a JSON-lines file with text, "
-                        "rating and category per review")
-    path = Path(config.path)
+def category_from_file_name(path: Path) -> str:
+    """The category a UCSD review file is named after: its name without the review suffix,
+    the 2014 ``reviews_`` prefix and the 5-core ``_5`` marker
+    (``reviews_Musical_Instruments_5.json.gz`` → ``Musical_Instruments``)."""
+    name = path.name
+    suffix = next((s for s in REVIEW_SUFFIXES if name.endswith(s)), path.suffix)
+    name = name[:len(name) - len(suffix)] if suffix else name
+    return name.removeprefix("reviews_").removesuffix("_5") or path.name
+
+
+def review_files(path: Path) -> list[Path]:
+    """``path`` itself, or the review files of the folder ``path`` (in name order)."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir()
+                       if p.is_file() and p.name.endswith(REVIEW_SUFFIXES))
+        if not files:
+            raise DataError(f"{path}: no review file in this folder (expected "
+                            f"{', '.join('*' + s for s in REVIEW_SUFFIXES)})")
+        return files
     if not path.exists():
         raise DataError(f"reviews file not found at {path}")
     if not path.is_file():
-        raise DataError(f"{path} is not a file (expected a JSON-lines file of reviews)")
+        raise DataError(f"{path} is not a file or folder of reviews")
+    return [path]
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a text file, gunzipped if its name ends in ``.gz``; a
+    byte-order mark is dropped; DataError if it is not readable utf-8 text."""
+    try:
+        if path.name.endswith(".gz"):
+            handle = gzip.open(path, "rt", encoding="utf-8-sig")
+        else:
+            handle = open(path, encoding="utf-8-sig")
+        with handle:
+            yield from enumerate(handle, start=1)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        kind = "gzip-compressed utf-8 text" if path.name.endswith(".gz") else "utf-8 text"
+        raise DataError(f"{path} is not a readable {kind} file ({exc})") from None
+
+
+def read_reviews(config: ReviewsConfig) -> tuple[TextDataset, dict[str, Any]]:
+    """Every usable review of ``config.path`` (a file or a folder of them) as one dataset,
+    plus counts: lines, kept, skipped empty texts and reviews without text, filtered out by
+    ``regions``, categories taken from a file name, and per category how many usable
+    reviews there were (``available``) and were kept after ``max_reviews``."""
+    if config.path is None:
+        raise DataError("the reviews dataset needs data.path: a JSON-lines file (or a folder "
+                        "of them) with text, rating and category per review")
     keep = set(config.regions) if config.regions is not None else None
     tokens: list[list[str]] = []
     labels: list[int] = []
     categories: list[str] = []
-    counts = Counter(lines=0, empty=0, filtered=0)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if config.max_reviews is not None and len(tokens) >= config.max_reviews:
-                    break
-                if not line.strip():
-                    continue
-                counts["lines"] += 1
-                where = f"{path}, line {number}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{where}: invalid JSON ({exc.msg})") from None
-                text, label, category = parse_review(record, where)
-                if keep is not None and category not in keep:
-                    counts["filtered"] += 1
-                    continue
-                words = text.lower().split()[:config.max_tokens]
-                if not words:
-                    counts["empty"] += 1
-                    continue
-                tokens.append(words)
-                labels.append(label)
-                categories.append(category)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} is not a readable utf-8 text file ({exc})") from None
-    counts["kept"] = len(tokens)
-    return TextDataset(tokens, np.array(labels, dtype=np.int64), categories), dict(counts)
+    counts = Counter(lines=0, empty=0, no_text=0, filtered=0, category_from_file=0)
+    seen: set[str] = set()
+    for path in review_files(Path(config.path)):
+        from_name = category_from_file_name(path)
+        for number, line in _numbered_lines(path):
+            if not line.strip():
+                continue
+            counts["lines"] += 1
+            where = f"{path}, line {number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{where}: invalid JSON ({exc.msg})") from None
+            text, label, category = parse_review(record, where, default_category=from_name)
+            if not any(k in record for k in FIELD_NAMES["category"]):
+                counts["category_from_file"] += 1
+            seen.add(category)
+            if keep is not None and category not in keep:
+                counts["filtered"] += 1
+                continue
+            if text is None:
+                counts["no_text"] += 1
+                continue
+            words = text.lower().split()[:config.max_tokens]
+            if not words:
+                counts["empty"] += 1
+                continue
+            tokens.append(words)
+            labels.append(label)
+            categories.append(category)
+    if keep is not None and keep - seen:
+        absent = sorted(keep - seen)
+        raise DataError(f"{config.path}: no review of the category(ies) "
+                        f"{', '.join(map(repr, absent))} (regions); the categories are: "
+                        f"{', '.join(sorted(seen)) or 'none'}")
+    data = TextDataset(tokens, np.array(labels, dtype=np.int64), categories)
+    available = Counter(categories)
+    if config.max_reviews is not None and len(data) > config.max_reviews:
+        data = data.subset(stratified_sample(categories, config.max_reviews, config.seed))
+    counts["kept"] = len(data)
+    return data, {**counts, "available": dict(sorted(available.items())),
+                  "kept_per_region": dict(sorted(Counter(data.category).items()))}
+
+
+def stratified_sample(groups: list[str], size: int, seed: int) -> np.ndarray:
+    """Sorted indices of ``size`` items drawn without replacement so that each group keeps
+    its share of ``size`` (largest remainders; ties to the larger group, then by name)."""
+    names = sorted(set(groups))
+    members = {g: [i for i, x in enumerate(groups) if x == g] for g in names}
+    exact = {g: size * len(members[g]) / len(groups) for g in names}
+    quota = {g: int(exact[g]) for g in names}
+    by_remainder = sorted(names, key=lambda g: (-(exact[g] - quota[g]), -len(members[g]), g))
+    for g in by_remainder[:size - sum(quota.values())]:
+        quota[g] += 1
+    rng = np.random.default_rng(seed)
+    chosen = [rng.choice(members[g], size=quota[g], replace=False) for g in names]
+    return np.sort(np.concatenate(chosen)).astype(np.int64)
 
 
 def make_reviews_config(config: ReviewsConfig | Mapping[str, Any] | None = None,
@@ -158,14 +245,10 @@ def load_reviews(config: ReviewsConfig | Mapping[str, Any] | None = None,
     cfg = make_reviews_config(config, **overrides)
     data, counts = read_reviews(cfg)
     if not len(data):
-        raise DataError(f"{cfg.path}: no usable review (lines read: {counts['lines']})")
+        raise DataError(f"{cfg.path}: no usable review (lines read: {counts['lines']}, "
+                        f"without text: {counts['no_text']}, empty: {counts['empty']}, "
+                        f"filtered out by regions: {counts['filtered']})")
     names = sorted(set(data.category))
-    if cfg.regions is not None:
-        absent = [r for r in cfg.regions if r not in names]
-        if absent:
-            raise DataError(f"{cfg.path}: no review of the category(ies) "
-                            f"{', '.join(map(repr, absent))} (regions); found: "
-                            f"{', '.join(names)}")
     rng = np.random.default_rng(cfg.seed)
     k = cfg.clients_per_region
     clients = []
