@@ -6,15 +6,20 @@ import numpy as np
 import pytest
 
 from regionfed.data.partition import (
+    TEST,
+    TRAIN,
+    VAL,
     assign_regions,
     client_sizes,
     dirichlet_partition,
     dirichlet_proportions,
+    duplicate_groups,
     holdout_counts,
+    leak_free_holdouts,
     region_client_splits,
     split_counts,
 )
-from regionfed.errors import ConfigError
+from regionfed.errors import ConfigError, DataError
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -194,3 +199,47 @@ def test_region_client_splits_skew_is_shared_by_the_splits() -> None:
     assert max(shares) - min(shares) > 0.2  # and the clients differ (label skew)
     with pytest.raises(ConfigError, match="too few"):
         region_client_splits(rng(), [0, 1], 3, 1.0, 0.1, 0.2)
+
+
+# ------------------------------------------------------------------------- leak-free hold-outs
+
+
+def test_duplicate_groups_ignore_case_and_spacing():
+    groups = duplicate_groups(["Great product", "great  product ", "Bad", "GREAT PRODUCT"])
+    assert groups.tolist() == [0, 0, 1, 0]
+
+
+def test_leak_free_holdouts_keep_every_group_in_one_split_within_the_targets():
+    rng = np.random.default_rng(0)
+    # 300 examples, 60 texts repeated 1-9 times, spread over three regions (texts shared)
+    sizes = rng.integers(1, 10, size=60)
+    groups = np.repeat(np.arange(60), sizes)[:300]
+    regions = rng.choice(["a", "b", "c"], size=len(groups))
+    split = leak_free_holdouts(np.random.default_rng(1), groups, regions, num_clients=3,
+                               val_fraction=0.1, test_fraction=0.2)
+    for g in np.unique(groups):
+        assert len(set(split[groups == g].tolist())) == 1  # never straddles
+    for r in ("a", "b", "c"):
+        n = int((regions == r).sum())
+        mine = split[regions == r]
+        n_test = holdout_counts(n, 0.2, keep=3, minimum=1)
+        assert 1 <= (mine == TEST).sum() <= n_test
+        assert (mine == VAL).sum() <= holdout_counts(n - n_test, 0.1, keep=3)
+        assert (mine == TRAIN).sum() >= 3
+    assert (split == TEST).sum() >= 0.7 * 0.2 * len(groups)  # close to the target overall
+
+
+def test_a_region_of_one_repeated_text_cannot_be_held_out():
+    with pytest.raises(DataError, match="region 'a': its texts repeat so much"):
+        leak_free_holdouts(np.random.default_rng(0), [0] * 5, ["a"] * 5, num_clients=2,
+                           val_fraction=0.1, test_fraction=0.2)
+
+
+def test_given_holdouts_are_the_splits_dealt_to_clients():
+    holdouts = np.array([TRAIN] * 6 + [VAL] * 2 + [TEST] * 2)
+    labels = np.array([0, 1] * 5)
+    splits = region_client_splits(np.random.default_rng(0), labels, 2, 1.0, 0.1, 0.2,
+                                  holdouts=holdouts)
+    for s, kind in enumerate((TRAIN, VAL, TEST)):
+        dealt = sorted(i for client in splits for i in client[s].tolist())
+        assert dealt == np.flatnonzero(holdouts == kind).tolist()

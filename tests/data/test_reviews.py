@@ -39,6 +39,12 @@ def write_lines(tmp_path: Path, lines: list[str]) -> Path:
 GOOD = json.dumps({"text": "fine", "rating": 4, "category": "Books"})
 
 
+def good(count: int, category: str = "Books") -> list[str]:
+    """``count`` valid lines with distinct texts (equal texts would share one split)."""
+    return [json.dumps({"text": f"fine {i}", "rating": 4, "category": category})
+            for i in range(count)]
+
+
 # ------------------------------------------------------------------------------ fixture
 
 
@@ -86,19 +92,20 @@ def test_region_filter_max_reviews_and_max_tokens():
 
 
 def test_empty_texts_are_skipped_and_counted(tmp_path):
-    lines = [GOOD] * 3 + [json.dumps({"text": "   ", "rating": 1, "category": "Books"})]
+    lines = good(3) + [json.dumps({"text": "   ", "rating": 1, "category": "Books"})]
     fed = load_reviews(path=str(write_lines(tmp_path, lines)), clients_per_region=1)
     assert len(everything(fed)) == 3 and fed.meta["source"]["empty"] == 1
 
 
 def test_reviews_without_text_are_skipped_and_counted(tmp_path):
-    lines = [GOOD] * 3 + [json.dumps({"rating": 5, "category": "Books"})]
+    lines = good(3) + [json.dumps({"rating": 5, "category": "Books"})]
     fed = load_reviews(path=str(write_lines(tmp_path, lines)), clients_per_region=1)
     assert len(everything(fed)) == 3 and fed.meta["source"]["no_text"] == 1
 
 
 def test_a_line_without_category_takes_the_files_name(tmp_path):
-    path = write_lines(tmp_path, [GOOD, json.dumps({"text": "x", "rating": 3})] * 2)
+    path = write_lines(tmp_path, good(2) + [json.dumps({"text": f"x {i}", "rating": 3})
+                                            for i in range(2)])
     fed = load_reviews(path=str(path), clients_per_region=1)
     assert fed.regions == ["Books", "reviews"]
     assert fed.meta["source"]["category_from_file"] == 2
@@ -135,6 +142,21 @@ def test_the_cli_trains_on_a_folder_of_ucsd_files_with_a_region_per_file(tmp_pat
     assert list(results["methods"]["majority"]["per_region"]) == [
         "Digital_Music", "Musical_Instruments", "Toys_and_Games"]
     assert results["data"]["source"]["no_text"] == 1  # the run says what it skipped
+
+
+def test_repeated_texts_never_reach_both_training_and_test(tmp_path):
+    """200 reviews of 40 texts (5-core files repeat texts), over two categories that share
+    texts: no text, as the model reads it, is in more than one split."""
+    rng = np.random.default_rng(0)
+    lines = [json.dumps({"reviewText": f"Great  product number {rng.integers(40)}",
+                         "overall": 5.0, "category": ["Books", "Toys"][i % 2]})
+             for i in range(200)]
+    fed = load_reviews(path=str(write_lines(tmp_path, lines)), clients_per_region=2)
+    texts = {s: {" ".join(t) for c in fed.clients for t in c.split(s).tokens}
+             for s in ("train", "val", "test")}
+    assert texts["test"] and not texts["test"] & (texts["train"] | texts["val"])
+    assert not texts["train"] & texts["val"]
+    assert fed.meta["source"]["duplicate_texts"] == 200 - len(set().union(*texts.values()))
 
 
 def test_a_misspelt_region_lists_the_valid_ones():
@@ -216,7 +238,7 @@ def test_missing_unreadable_and_unset_files(tmp_path):
 
 
 def test_too_few_reviews_and_unknown_regions_name_the_region(tmp_path):
-    path = write_lines(tmp_path, [GOOD] * 6 + [GOOD.replace("Books", "Toys")] * 2)
+    path = write_lines(tmp_path, good(6) + good(2, "Toys"))
     with pytest.raises(DataError, match="region \\(category\\) 'Toys' has 2 reviews, too few "
                        "for 2 clients"):
         load_reviews(path=str(path), clients_per_region=2)

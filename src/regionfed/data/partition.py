@@ -10,15 +10,18 @@ random state.
 * :func:`split_counts` / :func:`client_sizes` / :func:`holdout_counts` — integer apportionment.
 * :func:`assign_regions` — which region each client belongs to, for the region-assignment modes
   of paper App. G.4 (semantic, geographic proxy, random, adversarial).
+* :func:`duplicate_groups` / :func:`leak_free_holdouts` — train / val / test assignments that
+  never split one text across hold-outs (review data repeats texts a lot).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
-from regionfed.errors import ConfigError
+from regionfed.errors import ConfigError, DataError
 
 ASSIGNMENT_MODES: tuple[str, ...] = ("semantic", "geographic", "random", "adversarial")
 
@@ -175,6 +178,69 @@ def assign_regions(
                       f"{', '.join(ASSIGNMENT_MODES)}")
 
 
+TRAIN, VAL, TEST = 0, 1, 2
+
+
+def duplicate_groups(texts: Sequence[str]) -> np.ndarray:
+    """A group id per text: texts equal after lowercasing and collapsing whitespace share one
+    (ids in order of first appearance)."""
+    ids: dict[str, int] = {}
+    return np.array([ids.setdefault(" ".join(t.lower().split()), len(ids)) for t in texts],
+                    dtype=np.int64)
+
+
+def leak_free_holdouts(rng: np.random.Generator, groups: Sequence[int] | np.ndarray,
+                       regions: Sequence[str], num_clients: int, val_fraction: float,
+                       test_fraction: float) -> np.ndarray:
+    """Per example :data:`TRAIN`, :data:`VAL` or :data:`TEST`, every member of a group
+    (:func:`duplicate_groups`, across regions too) in the same split.
+
+    Each region's hold-out targets are :func:`region_client_splits`'s (``holdout_counts``:
+    at least one test example, ``num_clients`` training examples left). Groups are visited
+    in a seeded random order; a group joins test, else validation, if it fits the room left
+    there in every region it has members in, else training — so a hold-out never exceeds its
+    target, and a group larger than the room left lands in training. A region left without a
+    test example then gets its smallest training group that can move. DataError if none can.
+    """
+    group = np.asarray(groups, dtype=np.int64)
+    region = np.asarray(regions)
+    names = sorted(set(region.tolist()))
+    n = {r: int((region == r).sum()) for r in names}
+    target = {TEST: {r: holdout_counts(n[r], test_fraction, keep=num_clients, minimum=1)
+                     for r in names}}
+    target[VAL] = {r: holdout_counts(n[r] - target[TEST][r], val_fraction, keep=num_clients)
+                   for r in names}
+    _, inverse = np.unique(group, return_inverse=True)
+    members = np.split(np.argsort(inverse, kind="stable"),
+                       np.cumsum(np.bincount(inverse))[:-1])
+    sizes = [Counter(region[m].tolist()) for m in members]
+    fill = {s: dict.fromkeys(names, 0) for s in (TRAIN, VAL, TEST)}
+    split = np.full(len(group), TRAIN, dtype=np.int64)
+    for k in rng.permutation(len(members)):
+        chosen = next((s for s in (TEST, VAL)
+                       if all(fill[s][r] + c <= target[s][r] for r, c in sizes[k].items())),
+                      TRAIN)
+        split[members[k]] = chosen
+        for r, c in sizes[k].items():
+            fill[chosen][r] += c
+    for r in names:
+        if fill[TEST][r]:
+            continue
+        movable = [k for k, size in enumerate(sizes) if r in size
+                   and split[members[k][0]] == TRAIN
+                   and all(fill[TRAIN][q] - c >= num_clients for q, c in size.items())]
+        if not movable:
+            raise DataError(f"region {r!r}: its texts repeat so much that no test example "
+                            f"can be held out without leaving fewer than {num_clients} "
+                            "training examples")
+        k = min(movable, key=lambda k: (sum(sizes[k].values()), k))
+        split[members[k]] = TEST
+        for q, c in sizes[k].items():
+            fill[TRAIN][q] -= c
+            fill[TEST][q] += c
+    return split
+
+
 def region_client_splits(
     rng: np.random.Generator,
     labels: Sequence[int] | np.ndarray,
@@ -182,13 +248,16 @@ def region_client_splits(
     alpha: float,
     val_fraction: float,
     test_fraction: float,
+    holdouts: np.ndarray | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Split one region's examples into train / val / test, then deal each split to clients.
 
     1. A seeded permutation; the first ``round(n · test_fraction)`` examples (at least one)
        are test, the next ``round(n_rest · val_fraction)`` validation, the rest training;
        both hold-outs leave at least ``num_clients`` training examples
-       (:func:`holdout_counts`).
+       (:func:`holdout_counts`). With ``holdouts`` (per example :data:`TRAIN` / :data:`VAL`
+       / :data:`TEST`, e.g. from :func:`leak_free_holdouts`) the splits are those, each in a
+       seeded random order.
     2. Label skew (Hsu et al. 2019): per class c one draw q_c ~ Dir(α·1_K) over the K clients
        (:func:`dirichlet_proportions`); the class-c examples of *every* split are apportioned
        by q_c (:func:`split_counts`), so a client's val/test mix mirrors its training mix.
@@ -206,10 +275,14 @@ def region_client_splits(
     if n < num_clients:
         raise ConfigError(f"{n} examples are too few for {num_clients} clients with a "
                           "training example each")
-    perm = rng.permutation(n)
-    n_test = holdout_counts(n, test_fraction, keep=num_clients, minimum=1)
-    n_val = holdout_counts(n - n_test, val_fraction, keep=num_clients)
-    parts = (perm[n_test + n_val:], perm[n_test:n_test + n_val], perm[:n_test])
+    if holdouts is not None:
+        parts = tuple(rng.permutation(np.flatnonzero(np.asarray(holdouts) == s))
+                      for s in (TRAIN, VAL, TEST))
+    else:
+        perm = rng.permutation(n)
+        n_test = holdout_counts(n, test_fraction, keep=num_clients, minimum=1)
+        n_val = holdout_counts(n - n_test, val_fraction, keep=num_clients)
+        parts = (perm[n_test + n_val:], perm[n_test:n_test + n_val], perm[:n_test])
     classes = np.unique(y)
     q = dirichlet_proportions(rng, len(classes), num_clients, alpha)
     dealt: list[list[list[int]]] = [[[] for _ in range(num_clients)] for _ in parts]

@@ -19,8 +19,11 @@ One example per review: its lowercased whitespace tokens, truncated to ``max_tok
 label = rating − 1. With ``max_reviews`` a subsample of that many usable reviews (after the
 ``regions`` filter), stratified by region: each keeps its share (largest remainders), drawn
 with ``seed``; ``meta["source"]`` says how many each region had and kept. Each category is
-a region; per region the reviews are split into train / val / test and dealt to
-``clients_per_region`` clients with Dirichlet(``alpha_d``) label skew
+a region; per region the reviews are split into train / val / test — reviews whose token
+sequences are equal always in the same split, across categories too
+(:func:`~regionfed.data.partition.leak_free_holdouts`: UCSD 5-core files repeat texts a lot,
+and a random split would test on training texts; counted in ``duplicate_texts``) — and
+dealt to ``clients_per_region`` clients with Dirichlet(``alpha_d``) label skew
 (:func:`regionfed.data.partition.region_client_splits`).
 
 Errors (:class:`~regionfed.errors.DataError`, naming the file and the line): unreadable
@@ -43,7 +46,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from regionfed.data.federation import ClientData, Federation
-from regionfed.data.partition import region_client_splits
+from regionfed.data.partition import (
+    duplicate_groups,
+    leak_free_holdouts,
+    region_client_splits,
+)
 from regionfed.data.text import TextDataset
 from regionfed.errors import DataError, config_error_from_validation
 
@@ -249,18 +256,26 @@ def load_reviews(config: ReviewsConfig | Mapping[str, Any] | None = None,
                         f"without text: {counts['no_text']}, empty: {counts['empty']}, "
                         f"filtered out by regions: {counts['filtered']})")
     names = sorted(set(data.category))
-    rng = np.random.default_rng(cfg.seed)
     k = cfg.clients_per_region
-    clients = []
-    for region in names:
-        members = np.array([i for i, c in enumerate(data.category) if c == region])
+    region_members = {r: np.array([i for i, c in enumerate(data.category) if c == r])
+                      for r in names}
+    for region, members in region_members.items():
         if len(members) < k + 1:
             raise DataError(f"{cfg.path}: region (category) {region!r} has {len(members)} "
                             f"reviews, too few for {k} clients (at least {k + 1}: a training "
                             "review per client and a test review); lower clients_per_region "
                             "or drop it with regions")
+    rng = np.random.default_rng(cfg.seed)
+    # a text (as the model reads it) in training never reappears in validation or test
+    groups = duplicate_groups([" ".join(t) for t in data.tokens])
+    holdouts = leak_free_holdouts(rng, groups, data.category, k, cfg.val_fraction,
+                                  cfg.test_fraction)
+    counts["duplicate_texts"] = len(data) - len(np.unique(groups))
+    clients = []
+    for region, members in region_members.items():
         splits = region_client_splits(rng, data.label[members], k, cfg.alpha_d,
-                                      cfg.val_fraction, cfg.test_fraction)
+                                      cfg.val_fraction, cfg.test_fraction,
+                                      holdouts=holdouts[members])
         for j, (train, val, test) in enumerate(splits):
             clients.append(ClientData(f"{region}/c{j:03d}", region,
                                       data.subset(members[train]), data.subset(members[val]),
