@@ -99,3 +99,32 @@ def test_missing_package_or_folder_is_a_config_error(monkeypatch, tmp_path):
     monkeypatch.undo()
     with pytest.raises(ConfigError, match="config.json"):
         load_encoder(MiniLMConfig(path=str(tmp_path)))
+
+
+def test_minilm_classifies_review_texts_from_their_word_pieces():
+    """``--model minilm`` on reviews: each text is ``[CLS] pieces… [SEP]`` of its words, the
+    head has a logit per rating, and a small step along the gradient lowers the loss."""
+    from pathlib import Path
+
+    from regionfed.data.reviews import load_reviews
+
+    ucsd = Path(__file__).resolve().parents[1] / "fixtures" / "reviews" / "ucsd"
+    fed = load_reviews(path=str(ucsd), clients_per_region=1)
+    task = build_task(MiniLMConfig(max_text_pieces=12), fed)
+    data = fed.clients[0].train
+    batch = next(task.batches(task.prepare(data, training=True), 4, None))
+    tok = task.tokenizer
+    for row in range(4):
+        pieces = tok.convert_tokens_to_ids(tok.tokenize(" ".join(data.tokens[row])))[:10]
+        length = int(batch["attention_mask"][row].sum())
+        assert batch["input_ids"][row, :length].tolist() == [tok.cls_token_id, *pieces,
+                                                             tok.sep_token_id]
+    model = task.build_model(0)
+    assert model(batch).shape == (4, 5)
+    assert task.parameter_groups(model)["head"] == ["head.weight", "head.bias"]
+    loss = task.loss(model, batch)
+    loss.backward()
+    with torch.no_grad():
+        for p in (model.head.weight, model.head.bias):
+            p -= 1e-2 * p.grad
+        assert float(task.loss(model, batch)) < float(loss) - 1e-6

