@@ -4,7 +4,12 @@ with the privacy–utility plot."""
 import pytest
 
 from regionfed.cli import main
-from regionfed.report_plots import regionfed_trajectories
+from regionfed.report_plots import (
+    majority_reference,
+    regionfed_trajectories,
+    training_loss_curves,
+    validation_curves,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 SMALL = ["--num-queries", "480", "--regions", "2", "--clients-per-region", "2",
@@ -55,6 +60,20 @@ def test_run_with_report_writes_the_report_at_the_end(tmp_path, capsys):
     assert f"report: {out / 'report.md'}" in capsys.readouterr().out
     for png in ("convergence.png", "per_region.png", "trajectories-regionfed-grad.png"):
         assert (out / png).read_bytes()[:8] == PNG
+    markdown = (out / "report.md").read_text()
+    assert markdown.startswith("# run\n")  # the run's folder, not the config's name
+    assert "training loss" in markdown
+
+
+def test_curves_average_seeds_per_round_and_majority_is_the_reference():
+    records = [{"method": "fedavg", "seed": 0, "round": 1, "train_loss": 2.0},
+               {"method": "fedavg", "seed": 1, "round": 1, "train_loss": 1.0},
+               {"method": "fedavg", "seed": 0, "round": 2, "train_loss": 0.5,
+                "val": {"overall": 0.6}}]
+    assert training_loss_curves(records) == {"fedavg": {1: 1.5, 2: 0.5}}
+    assert validation_curves(records) == {"fedavg": {2: 0.6}}
+    assert majority_reference({"methods": {"majority": {"overall": 0.4}}}) == 0.4
+    assert majority_reference({"methods": {"fedavg": {"overall": 0.4}}}) is None
 
 
 def test_a_report_of_an_unfinished_run_is_one_error_line(tmp_path, capsys):

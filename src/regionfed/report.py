@@ -11,11 +11,13 @@ from typing import Any
 from regionfed.errors import DataError
 from regionfed.io import write_atomic
 from regionfed.report_plots import (
+    majority_reference,
     plot_convergence,
     plot_per_region,
     plot_privacy_utility,
     plot_regionfed,
     read_metrics,
+    training_loss_curves,
     validation_curves,
 )
 
@@ -153,9 +155,9 @@ def write_report(run_dir: Path) -> str:
     config = results.get("config", {})
     dp = config.get("dp", {})
     training = config.get("training", {})
-    title = config.get("name", run_dir.name)
+    title = run_dir.resolve().name  # the run's folder (every config is named "default")
     parts = [f"# {title}", "",
-             f"{config.get('dataset')} · {config.get('seeds')} seed(s) · "
+             f"`{run_dir}` · {config.get('dataset')} · {config.get('seeds')} seed(s) · "
              f"{training.get('rounds')} rounds × {training.get('local_epochs')} local epoch(s) · "
              f"DP {dp.get('mode')} (σ = {dp.get('sigma')}, C = {dp.get('clip')}) · "
              f"values in %, mean ± std over seeds", "", results_table(results)]
@@ -167,11 +169,12 @@ def write_report(run_dir: Path) -> str:
     metrics_path = run_dir / "metrics.jsonl"
     if metrics_path.exists():
         records = read_metrics(metrics_path)
-        curves = validation_curves(records)
-        if curves:
-            plot_convergence(curves, run_dir / "convergence.png", title)
-            parts += ["", "## Convergence (validation)", "",
-                      "![validation Overall per round](convergence.png)"]
+        curves, losses = validation_curves(records), training_loss_curves(records)
+        if curves or losses:
+            plot_convergence(curves, run_dir / "convergence.png", title, losses,
+                             majority_reference(results))
+            parts += ["", "## Convergence (validation Overall, training loss)", "",
+                      "![validation Overall and training loss per round](convergence.png)"]
         for method in results.get("methods", {}):
             png = f"trajectories-{method}.png"
             if plot_regionfed(records, method, run_dir / png, title):

@@ -1,7 +1,11 @@
 """The PNG plots of ``regionfed report`` (matplotlib, Agg backend, no display needed).
 
-* convergence: validation Overall vs round, one line per method (mean over seeds);
+* convergence: validation Overall vs round, and the training loss per round (which every
+  round logs: the curve when validation ran only at the end), one line per method (mean
+  over seeds);
 * per-region bars: test Overall of every region, one bar per method;
+* both draw the ``majority`` reference (test Overall; per region on the bars) as a dashed
+  line when a run has it;
 * RegionFed trajectories: α_r and ρ_r vs round per region, and the strategy each region
   chose in each round (``regionfed-dynamic`` routes regions to grad/meta/interp);
 * privacy–utility: test Overall vs ε (PLD) across runs with different σ.
@@ -49,27 +53,66 @@ def read_metrics(metrics_path: Path) -> list[dict[str, Any]]:
 
 def validation_curves(records: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
     """Method → round → validation Overall (mean over seeds)."""
+    return _round_means(records, lambda record: record.get("val", {}).get("overall"))
+
+
+def training_loss_curves(records: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """Method → round → mean training loss of the round's clients (mean over seeds)."""
+    return _round_means(records, lambda record: record.get("train_loss"))
+
+
+def _round_means(records: list[dict[str, Any]], value: Any) -> dict[str, dict[int, float]]:
     sums: dict[str, dict[int, list[float]]] = {}
     for record in records:
-        if "val" in record:
-            sums.setdefault(record["method"], {}).setdefault(record["round"], []).append(
-                record["val"]["overall"])
+        if (v := value(record)) is not None:
+            sums.setdefault(record["method"], {}).setdefault(record["round"], []).append(v)
     return {m: {r: float(np.mean(v)) for r, v in sorted(rounds.items())}
             for m, rounds in sums.items()}
 
 
-def plot_convergence(curves: dict[str, dict[int, float]], path: Path, title: str) -> None:
+def majority_reference(results: dict[str, Any]) -> float | None:
+    """The ``majority`` method's test Overall, if the run has it."""
+    return results.get("methods", {}).get("majority", {}).get("overall")
+
+
+def _majority_line(ax: Any, majority: float | None) -> None:
+    if majority is not None:
+        ax.axhline(100 * majority, color="black", linestyle="--", linewidth=1,
+                   label="majority (test)")
+
+
+def plot_convergence(curves: dict[str, dict[int, float]], path: Path, title: str,
+                     losses: dict[str, dict[int, float]] | None = None,
+                     majority: float | None = None) -> None:
+    """Validation Overall per round (left; markers only where validation ran) and, when
+    given, the training loss per round (right)."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    panels = 2 if losses else 1
+    fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 4.5), squeeze=False,
+                             sharex=True)
+    ax = axes[0][0]
     for method, points in curves.items():
         ax.plot(list(points), [100 * v for v in points.values()], marker="o", markersize=3,
                 label=method)
+    _majority_line(ax, majority)
     _integer_rounds(ax)
     ax.set_xlabel("round")
     ax.set_ylabel("validation Overall (%)")
-    ax.set_title(f"{title}: convergence")
+    ax.set_title(f"{title}: validation")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    if curves or majority is not None:
+        ax.legend(fontsize=7, ncol=2)
+    if losses:
+        ax = axes[0][1]
+        for method, points in losses.items():
+            ax.plot(list(points), list(points.values()), marker="o", markersize=3,
+                    label=method)
+        _integer_rounds(ax)
+        ax.set_xlabel("round")
+        ax.set_ylabel("training loss (clients' mean)")
+        ax.set_title(f"{title}: training loss")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -78,7 +121,7 @@ def plot_convergence(curves: dict[str, dict[int, float]], path: Path, title: str
 def plot_per_region(results: dict[str, Any], path: Path, title: str) -> bool:
     """Grouped bars of every method's per-region test Overall; False if nothing to plot."""
     methods = {m: r["per_region"] for m, r in results.get("methods", {}).items()
-               if r.get("per_region")}
+               if r.get("per_region") and m != "majority"}  # majority: the dashed line
     if not methods:
         return False
     regions = list(next(iter(methods.values())))
@@ -89,6 +132,10 @@ def plot_per_region(results: dict[str, Any], path: Path, title: str) -> bool:
     for k, (method, per_region) in enumerate(methods.items()):
         ax.bar(x + (k - (len(methods) - 1) / 2) * width,
                [100 * per_region[r] for r in regions], width, label=method)
+    majority = results.get("methods", {}).get("majority", {}).get("per_region")
+    if majority:  # each region's own majority-class score, across its group of bars
+        ax.hlines([100 * majority[r] for r in regions], x - 0.45, x + 0.45, colors="black",
+                  linestyles="--", linewidth=1, label="majority (test)")
     ax.set_xticks(x, regions, rotation=30 if len(regions) > 4 else 0, ha="right"
                   if len(regions) > 4 else "center", fontsize=8)
     ax.set_ylabel("test Overall (%)")
