@@ -3,6 +3,7 @@ TextDataset."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -157,6 +158,41 @@ def test_repeated_texts_never_reach_both_training_and_test(tmp_path):
     assert texts["test"] and not texts["test"] & (texts["train"] | texts["val"])
     assert not texts["train"] & texts["val"]
     assert fed.meta["source"]["duplicate_texts"] == 200 - len(set().union(*texts.values()))
+
+
+def test_products_as_clients_keep_each_products_reviews_together():
+    fed = load_reviews(path=str(UCSD), client_key="product", clients_per_region=3)
+    asin: dict[str, set[str]] = {}  # text as the model reads it → its products
+    for path in sorted(UCSD.iterdir()):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8-sig") as handle:
+            for line in filter(str.strip, handle):
+                record = json.loads(line)
+                if "reviewText" in record:
+                    text = " ".join(record["reviewText"].lower().split()[:64])
+                    asin.setdefault(text, set()).add(record["asin"])  # a text can repeat
+    # the largest 3 products of each category (Digital_Music and Toys_and_Games have 3)
+    assert [c.client_id for c in fed.clients if c.region == "Musical_Instruments"] == [
+        "Musical_Instruments/B00INSTR0", "Musical_Instruments/B00INSTR1",
+        "Musical_Instruments/B00INSTR2"]
+    for client in fed.clients:
+        texts = [" ".join(t) for s in ("train", "val", "test") for t in client.split(s).tokens]
+        assert all(client.client_id.split("/")[1] in asin[t] for t in texts)
+        assert len(client.train) and len(client.test)
+    assert fed.meta["source"]["clients_too_small"] == 0
+
+
+def test_reviewers_as_clients_need_two_texts_and_an_id(tmp_path):
+    with pytest.raises(DataError, match="no reviewer has two distinct review texts"):
+        load_reviews(path=str(UCSD), client_key="reviewer")  # one review per reviewer there
+    lines = [json.dumps({"text": f"fine {i}", "rating": 4, "category": "Books",
+                         "reviewerID": f"R{i % 3}"}) for i in range(9)]
+    fed = load_reviews(path=str(write_lines(tmp_path, lines)), client_key="reviewer")
+    assert [c.client_id for c in fed.clients] == ["Books/R0", "Books/R1", "Books/R2"]
+    path = write_lines(tmp_path, [*lines, json.dumps({"text": "x", "rating": 4,
+                                                      "category": "Books"})])
+    with pytest.raises(DataError, match="line 10: missing field 'reviewer'"):
+        load_reviews(path=str(path), client_key="reviewer")
 
 
 def test_a_misspelt_region_lists_the_valid_ones():

@@ -24,7 +24,11 @@ sequences are equal always in the same split, across categories too
 (:func:`~regionfed.data.partition.leak_free_holdouts`: UCSD 5-core files repeat texts a lot,
 and a random split would test on training texts; counted in ``duplicate_texts``) — and
 dealt to ``clients_per_region`` clients with Dirichlet(``alpha_d``) label skew
-(:func:`regionfed.data.partition.region_client_splits`).
+(:func:`regionfed.data.partition.region_client_splits`) — or, with ``client_key``
+``reviewer`` / ``product``, each reviewer's (``reviewerID``) or product's (``asin``) reviews
+in a category are one client (the ``clients_per_region`` with the most reviews), split
+leak-free within it; those without two distinct texts are dropped
+(``clients_too_small``).
 
 Errors (:class:`~regionfed.errors.DataError`, naming the file and the line): unreadable
 file, invalid JSON, a line that is not an object, a missing or mistyped field, a rating out
@@ -40,13 +44,16 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from regionfed.data.federation import ClientData, Federation
 from regionfed.data.partition import (
+    TEST,
+    TRAIN,
+    VAL,
     duplicate_groups,
     leak_free_holdouts,
     region_client_splits,
@@ -58,7 +65,9 @@ NUM_CLASSES = 5
 #: accepted names of each field, in order of preference
 FIELD_NAMES: dict[str, tuple[str, ...]] = {"text": ("text", "reviewText"),
                                            "rating": ("rating", "overall"),
-                                           "category": ("category", "main_cat")}
+                                           "category": ("category", "main_cat"),
+                                           "reviewer": ("reviewerID", "reviewer_id"),
+                                           "product": ("asin", "product_id")}
 #: the names review files have (a folder's other files are ignored)
 REVIEW_SUFFIXES = (".json.gz", ".jsonl.gz", ".json", ".jsonl")
 
@@ -80,6 +89,11 @@ class ReviewsConfig(BaseModel):
     max_reviews: int | None = Field(None, ge=1)
     #: keep only these categories (regions); None = every category
     regions: list[str] | None = Field(None, min_length=1)
+    #: who the clients are: ``random`` — ``clients_per_region`` clients per category with
+    #: Dirichlet(``alpha_d``) label skew; ``reviewer`` / ``product`` — one client per
+    #: reviewerID / asin within its category (the ``clients_per_region`` with the most
+    #: reviews; ``alpha_d`` unused), each needing two distinct texts (train and test)
+    client_key: Literal["random", "reviewer", "product"] = "random"
 
 
 _MISSING = object()
@@ -158,11 +172,12 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
         raise DataError(f"{path} is not a readable {kind} file ({exc})") from None
 
 
-def read_reviews(config: ReviewsConfig) -> tuple[TextDataset, dict[str, Any]]:
-    """Every usable review of ``config.path`` (a file or a folder of them) as one dataset,
-    plus counts: lines, kept, skipped empty texts and reviews without text, filtered out by
+def read_reviews(config: ReviewsConfig) -> tuple[TextDataset, dict[str, Any], list[str]]:
+    """Every usable review of ``config.path`` (a file or a folder of them) as one dataset;
+    counts: lines, kept, skipped empty texts and reviews without text, filtered out by
     ``regions``, categories taken from a file name, and per category how many usable
-    reviews there were (``available``) and were kept after ``max_reviews``."""
+    reviews there were (``available``) and were kept after ``max_reviews``; and each
+    review's client key (its ``client_key`` field; empty strings for ``random``)."""
     if config.path is None:
         raise DataError("the reviews dataset needs data.path: a JSON-lines file (or a folder "
                         "of them) with text, rating and category per review")
@@ -170,6 +185,7 @@ def read_reviews(config: ReviewsConfig) -> tuple[TextDataset, dict[str, Any]]:
     tokens: list[list[str]] = []
     labels: list[int] = []
     categories: list[str] = []
+    keys: list[str] = []
     counts = Counter(lines=0, empty=0, no_text=0, filtered=0, category_from_file=0)
     seen: set[str] = set()
     for path in review_files(Path(config.path)):
@@ -200,6 +216,7 @@ def read_reviews(config: ReviewsConfig) -> tuple[TextDataset, dict[str, Any]]:
             tokens.append(words)
             labels.append(label)
             categories.append(category)
+            keys.append(_client_key(record, config.client_key, where))
     if keep is not None and keep - seen:
         absent = sorted(keep - seen)
         raise DataError(f"{config.path}: no review of the category(ies) "
@@ -208,10 +225,21 @@ def read_reviews(config: ReviewsConfig) -> tuple[TextDataset, dict[str, Any]]:
     data = TextDataset(tokens, np.array(labels, dtype=np.int64), categories)
     available = Counter(categories)
     if config.max_reviews is not None and len(data) > config.max_reviews:
-        data = data.subset(stratified_sample(categories, config.max_reviews, config.seed))
+        chosen = stratified_sample(categories, config.max_reviews, config.seed)
+        data, keys = data.subset(chosen), [keys[i] for i in chosen]
     counts["kept"] = len(data)
     return data, {**counts, "available": dict(sorted(available.items())),
-                  "kept_per_region": dict(sorted(Counter(data.category).items()))}
+                  "kept_per_region": dict(sorted(Counter(data.category).items()))}, keys
+
+
+def _client_key(record: dict[str, Any], client_key: str, where: str) -> str:
+    """The review's reviewer or product id (``client_key``); ``""`` for ``random``."""
+    if client_key == "random":
+        return ""
+    value = _field(record, client_key, where)
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(f"{where}: {client_key} id must be a non-empty string, got {value!r}")
+    return value.strip()
 
 
 def stratified_sample(groups: list[str], size: int, seed: int) -> np.ndarray:
@@ -245,41 +273,26 @@ def load_reviews(config: ReviewsConfig | Mapping[str, Any] | None = None,
     """The reviews federation of ``config`` (see the module docstring).
 
     Returns ``Federation(name="reviews")``: one region per category (sorted), clients
-    ``<category>/c<k>``, every split a :class:`TextDataset`. ``meta`` holds ``source``
+    ``<category>/c<k>`` (``client_key: random``) or ``<category>/<reviewerID or asin>``,
+    every split a :class:`TextDataset`. ``meta`` holds ``source``
     (path and counts), ``num_classes`` (5), ``max_tokens`` and the split sizes.
     Deterministic in ``seed``.
     """
     cfg = make_reviews_config(config, **overrides)
-    data, counts = read_reviews(cfg)
+    data, counts, keys = read_reviews(cfg)
     if not len(data):
         raise DataError(f"{cfg.path}: no usable review (lines read: {counts['lines']}, "
                         f"without text: {counts['no_text']}, empty: {counts['empty']}, "
                         f"filtered out by regions: {counts['filtered']})")
-    names = sorted(set(data.category))
-    k = cfg.clients_per_region
-    region_members = {r: np.array([i for i, c in enumerate(data.category) if c == r])
-                      for r in names}
-    for region, members in region_members.items():
-        if len(members) < k + 1:
-            raise DataError(f"{cfg.path}: region (category) {region!r} has {len(members)} "
-                            f"reviews, too few for {k} clients (at least {k + 1}: a training "
-                            "review per client and a test review); lower clients_per_region "
-                            "or drop it with regions")
     rng = np.random.default_rng(cfg.seed)
     # a text (as the model reads it) in training never reappears in validation or test
     groups = duplicate_groups([" ".join(t) for t in data.tokens])
-    holdouts = leak_free_holdouts(rng, groups, data.category, k, cfg.val_fraction,
-                                  cfg.test_fraction)
     counts["duplicate_texts"] = len(data) - len(np.unique(groups))
-    clients = []
-    for region, members in region_members.items():
-        splits = region_client_splits(rng, data.label[members], k, cfg.alpha_d,
-                                      cfg.val_fraction, cfg.test_fraction,
-                                      holdouts=holdouts[members])
-        for j, (train, val, test) in enumerate(splits):
-            clients.append(ClientData(f"{region}/c{j:03d}", region,
-                                      data.subset(members[train]), data.subset(members[val]),
-                                      data.subset(members[test])))
+    if cfg.client_key == "random":
+        clients = _random_clients(cfg, data, groups, rng)
+    else:
+        clients, counts["clients_too_small"] = _natural_clients(cfg, data, groups, keys, rng)
+    names = sorted({c.region for c in clients})
     meta = {
         "source": {"path": cfg.path, **counts},
         "config": cfg.model_dump(),
@@ -289,3 +302,60 @@ def load_reviews(config: ReviewsConfig | Mapping[str, Any] | None = None,
                         ("train", "val", "test")},
     }
     return Federation(name="reviews", regions=names, clients=clients, meta=meta)
+
+
+def _random_clients(cfg: ReviewsConfig, data: TextDataset, groups: np.ndarray,
+                    rng: np.random.Generator) -> list[ClientData]:
+    """``clients_per_region`` clients per category, Dirichlet(``alpha_d``) label skew,
+    leak-free hold-outs."""
+    k = cfg.clients_per_region
+    region_members = {r: np.flatnonzero(np.array(data.category) == r)
+                      for r in sorted(set(data.category))}
+    for region, members in region_members.items():
+        if len(members) < k + 1:
+            raise DataError(f"{cfg.path}: region (category) {region!r} has {len(members)} "
+                            f"reviews, too few for {k} clients (at least {k + 1}: a training "
+                            "review per client and a test review); lower clients_per_region "
+                            "or drop it with regions")
+    holdouts = leak_free_holdouts(rng, groups, data.category, k, cfg.val_fraction,
+                                  cfg.test_fraction)
+    clients = []
+    for region, members in region_members.items():
+        splits = region_client_splits(rng, data.label[members], k, cfg.alpha_d,
+                                      cfg.val_fraction, cfg.test_fraction,
+                                      holdouts=holdouts[members])
+        for j, (train, val, test) in enumerate(splits):
+            clients.append(ClientData(f"{region}/c{j:03d}", region,
+                                      data.subset(members[train]), data.subset(members[val]),
+                                      data.subset(members[test])))
+    return clients
+
+
+def _natural_clients(cfg: ReviewsConfig, data: TextDataset, groups: np.ndarray,
+                     keys: list[str], rng: np.random.Generator
+                     ) -> tuple[list[ClientData], int]:
+    """One client per (category, reviewer or product) with two or more distinct texts —
+    per category the ``clients_per_region`` with the most reviews (ties: by id) — and
+    leak-free hold-outs within each client; also how many were dropped as too small."""
+    owners: dict[tuple[str, str], list[int]] = {}
+    for i, (category, key) in enumerate(zip(data.category, keys, strict=True)):
+        owners.setdefault((category, key), []).append(i)
+    usable = {o: m for o, m in owners.items() if len(set(groups[m].tolist())) >= 2}
+    kept: list[tuple[str, str]] = []
+    for region in sorted({c for c, _ in usable}):
+        mine = sorted((o for o in usable if o[0] == region),
+                      key=lambda o: (-len(usable[o]), o[1]))
+        kept += sorted(mine[:cfg.clients_per_region], key=lambda o: o[1])
+    if not kept:
+        raise DataError(f"{cfg.path}: no {cfg.client_key} has two distinct review texts "
+                        "(a training and a test one)")
+    members = np.concatenate([np.array(usable[o]) for o in kept])
+    owner = np.concatenate([np.full(len(usable[o]), j) for j, o in enumerate(kept)])
+    holdouts = leak_free_holdouts(rng, groups[members], owner.astype(str).tolist(), 1,
+                                  cfg.val_fraction, cfg.test_fraction)
+    clients = []
+    for j, (region, key) in enumerate(kept):
+        mine, split = members[owner == j], holdouts[owner == j]
+        clients.append(ClientData(f"{region}/{key}", region,
+                                  *(data.subset(mine[split == s]) for s in (TRAIN, VAL, TEST))))
+    return clients, len(owners) - len(usable)
