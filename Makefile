@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,hf,flower]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,hf,flower,data]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -261,6 +261,33 @@ def test_too_few_queries_in_a_region_names_the_region():
         load_esci(path=str(JOINED), clients_per_region=6)
 
 
+def test_the_official_parquet_files_load_like_the_csv_ones(tmp_path):
+    """``shopping_queries_dataset_{examples,products}.parquet`` as published (integer ids and
+    flags, null product fields), found by ``--data-dir``: the same federation as the csv."""
+    pa = pytest.importorskip("pyarrow")
+    import csv
+
+    from pyarrow import parquet
+
+    from regionfed.data.data_dir import data_dir_overrides
+
+    integers = {"example_id", "query_id", "small_version", "large_version"}
+    for name in ("examples", "products"):
+        rows = list(csv.DictReader((FIXTURES / f"{name}.csv").open(encoding="utf-8")))
+        table = pa.table({k: [(int(r[k]) if k in integers and r[k] else r[k] or None)
+                              for r in rows]
+                          for k in rows[0]})
+        parquet.write_table(table, tmp_path / f"shopping_queries_dataset_{name}.parquet")
+    paths = data_dir_overrides("esci", tmp_path)
+    assert paths == {"data.path": str(tmp_path / "shopping_queries_dataset_examples.parquet"),
+                     "data.products_path": str(
+                         tmp_path / "shopping_queries_dataset_products.parquet")}
+    from_parquet = load_esci(path=paths["data.path"], products_path=paths["data.products_path"])
+    from_csv = load_esci(path=str(FIXTURES / "examples.csv"),
+                         products_path=str(FIXTURES / "products.csv"))
+    assert by_target(from_parquet) == by_target(from_csv)
+
+
 def test_parquet_needs_pyarrow(tmp_path, monkeypatch):
     path = tmp_path / "examples.parquet"
     path.write_bytes(b"PAR1")

@@ -2,7 +2,8 @@
 
 Input: the official *examples* table (``example_id, query, query_id, product_id,
 product_locale, esci_label, small_version, large_version, split``) as ``.csv`` (read with the
-standard library) or ``.parquet`` (needs ``pyarrow``, which is not a dependency), optionally
+standard library) or ``.parquet`` as published (needs ``pyarrow``: the ``data`` extra, which
+``make`` installs), optionally
 already joined with the product columns (``product_title, product_description,
 product_bullet_point, product_brand, product_color``). With ``products_path`` the official
 *products* table is joined on ``(product_id, product_locale)`` and its product columns replace
