@@ -128,6 +128,25 @@ def test_batched_training_draws_the_same_batches_as_the_sequential_loop(tiny_tas
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_finished_clients_are_not_computed(tiny_task, clients, starts, monkeypatch):
+    """Clients sorted by step count finish shortest first: from then on only the clients
+    still training are stacked, so the rows computed are the clients' steps, no padding."""
+    import regionfed.runtime.batched_training as batched
+
+    stacked_rows = []
+    real = batched.stack_batches
+
+    def counting(batches, fill):
+        stacked_rows.append(len(batches))
+        return real(batches, fill)
+
+    monkeypatch.setattr(batched, "stack_batches", counting)
+    train_local_batched(tiny_task, tiny_task.build_model(0), starts, clients, epochs=1,
+                        batch_size=BATCH, optimizer=OPTIMIZERS["sgd"], generators=_gens(),
+                        max_clients=len(SIZES))
+    assert sum(stacked_rows) == sum(-(-n // BATCH) for n in SIZES)  # 5+4+3+2+5+1+0 steps
+
+
 def _reference_optimizer(config, param):
     if config.name == "sgd":
         return torch.optim.SGD([param], lr=config.lr, momentum=config.momentum,

@@ -153,6 +153,11 @@ class BatchedOptimizerState:
     step: torch.Tensor
     buffers: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
+    def rows(self, rows: slice) -> BatchedOptimizerState:
+        """The state of clients ``rows``: views, so updating it updates this one."""
+        return BatchedOptimizerState(self.step[rows], {
+            key: {n: t[rows] for n, t in buffer.items()} for key, buffer in self.buffers.items()})
+
 
 def init_batched_optimizer(config: OptimizerConfig, params: dict[str, torch.Tensor]
                            ) -> BatchedOptimizerState:
@@ -268,6 +273,16 @@ def _as_matrix(starts: torch.Tensor | Sequence[torch.Tensor], k: int, total: int
     return matrix.detach().to(torch.float32)
 
 
+def _live_rows(batches: Sequence[Batch | None]) -> slice | None:
+    """The clients that still have a batch, when they are a suffix of the chunk with at
+    least one finished client before it (clients sorted by step count finish shortest
+    first): then only those rows are stacked and computed. ``None`` otherwise."""
+    first = next(i for i, b in enumerate(batches) if b is not None)
+    if first == 0 or any(b is None for b in batches[first:]):
+        return None
+    return slice(first, len(batches))
+
+
 def _chunks(order: list[int], size: int) -> Iterator[list[int]]:
     """``order`` cut into the fewest chunks of at most ``size``, of balanced sizes."""
     if not order:
@@ -357,16 +372,29 @@ def train_local_batched(task: Task, model: nn.Module,
             batches = [next(s, None) for s in streams]
             if all(b is None for b in batches):
                 break
-            batch, active = stack_batches(batches, fill)
-            grads, losses = step_fn(params, batch)
-            losses = losses.detach()
+            rows = _live_rows(batches)
+            if rows is not None:  # finished clients (a prefix, by step count) cost nothing
+                batch, _ = stack_batches(batches[rows], fill)
+                grads, losses = step_fn(unflatten_stacked(layout, flat[rows]), batch)
+                active = torch.ones(len(chunk), dtype=torch.bool)
+                active[:rows.start] = False
+                losses = torch.cat([torch.zeros(rows.start), losses.detach()])
+            else:
+                batch, active = stack_batches(batches, fill)
+                grads, losses = step_fn(params, batch)
+                losses = losses.detach()
             bad = active & ~torch.isfinite(losses)
             if bool(bad.any()):
                 which = chunk[int(bad.nonzero()[0, 0])]
                 raise NumericalError(f"local training produced a non-finite loss "
                                      f"({float(losses[bad][0])}) for client {which}")
-            batched_optimizer_step(optimizer, {"flat": flat},
-                                   {"flat": flatten_stacked(layout, grads)}, state, active)
+            if rows is not None:
+                batched_optimizer_step(optimizer, {"flat": flat[rows]},
+                                       {"flat": flatten_stacked(layout, grads)},
+                                       state.rows(rows), None)
+            else:
+                batched_optimizer_step(optimizer, {"flat": flat},
+                                       {"flat": flatten_stacked(layout, grads)}, state, active)
             totals += torch.where(active, losses.to(torch.float64), 0.0)
         counts = state.step.clamp(min=1).to(torch.float64)
         for row, i in enumerate(chunk):
@@ -394,7 +422,8 @@ def mean_gradients_batched(task: Task, model: nn.Module,
     order = sorted(range(k), key=lambda i: sizes[i])
     out: list[torch.Tensor | None] = [None] * k
     for chunk in _chunks(order, max_clients):
-        theta = unflatten_stacked(layout, matrix[chunk])
+        flat = matrix[chunk]
+        theta = unflatten_stacked(layout, flat)
         acc = torch.zeros(len(chunk), layout.total)
         streams = [task.batches(prepared[i], batch_size, None) for i in chunk]
         while True:
@@ -403,6 +432,12 @@ def mean_gradients_batched(task: Task, model: nn.Module,
                 break
             scale = torch.tensor([0.0 if b is None else task.batch_size_of(b) / sizes[i]
                                   for b, i in zip(batches, chunk, strict=True)])
+            rows = _live_rows(batches)
+            if rows is not None:  # finished clients (a prefix, by size) cost nothing
+                batch, _ = stack_batches(batches[rows], fill)
+                grads, _ = step_fn(unflatten_stacked(layout, flat[rows]), batch, scale[rows])
+                acc[rows] += flatten_stacked(layout, grads)
+                continue
             batch, active = stack_batches(batches, fill)
             grads, _ = step_fn(theta, batch, scale)
             acc += torch.where(active[:, None], flatten_stacked(layout, grads), 0.0)
