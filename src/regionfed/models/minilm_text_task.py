@@ -48,28 +48,18 @@ class MiniLMTextClassificationTask(TextClassificationTask):
         self._prepared = PreparedCache()
         self._encoder: nn.Module | None = None
 
-    def prepare(self, dataset: TextDataset, training: bool) -> PreparedTexts:
-        """``[CLS] pieces… [SEP]`` ids (0-padded to ``max_text_pieces``; ``tok_forms``
-        holds them), their lengths, labels and unit weights (cached per dataset object)."""
-        hit = self._prepared.lookup(dataset, training)
-        if hit is not None:
-            return hit
-        n = len(dataset)
-        if n and int(dataset.label.max()) >= self.num_classes:
-            raise DataError(f"text label {int(dataset.label.max())} is out of range for "
-                            f"{self.num_classes} classes")
-        ids = np.zeros((n, self.max_len), np.int64)
-        lens = np.zeros(n, np.int64)
-        if n:
+    def token_ids(self, dataset: TextDataset) -> tuple[np.ndarray, np.ndarray]:
+        """``[CLS] pieces… [SEP]`` of each text (its tokens joined by spaces), cut to
+        ``max_text_pieces`` and 0-padded, and their lengths."""
+        ids = np.zeros((len(dataset), self.max_len), np.int64)
+        lens = np.zeros(len(dataset), np.int64)
+        if len(dataset):
             encoded = self.tokenizer([" ".join(words) for words in dataset.tokens],
                                      truncation=True, max_length=self.max_len)["input_ids"]
             for i, row in enumerate(encoded):
                 lens[i] = len(row)
                 ids[i, :len(row)] = row
-        prepared = PreparedTexts(torch.from_numpy(lens), torch.from_numpy(ids),
-                                 torch.as_tensor(dataset.label, dtype=torch.long),
-                                 torch.ones(n))
-        return self._prepared.store(dataset, training, prepared)
+        return ids, lens
 
     def make_batch(self, prepared: PreparedTexts, index: torch.Tensor) -> Batch:
         """The examples at ``index``, cut to their longest text."""

@@ -99,8 +99,7 @@ class TextClassificationTask(ClassificationTask):
 
     # -- featurisation -------------------------------------------------------------------
     def prepare(self, dataset: TextDataset, training: bool) -> PreparedTexts:
-        """Form ids of the first ``max_len`` tokens, labels and unit weights (cached per
-        dataset object)."""
+        """:meth:`token_ids`, labels and unit weights (cached per dataset object)."""
         hit = self._prepared.lookup(dataset, training)
         if hit is not None:
             return hit
@@ -108,16 +107,22 @@ class TextClassificationTask(ClassificationTask):
         if n and int(dataset.label.max()) >= self.num_classes:
             raise DataError(f"text label {int(dataset.label.max())} is out of range for "
                             f"{self.num_classes} classes")
-        tok = np.zeros((n, self.max_len), np.int64)
-        lens = np.zeros(n, np.int64)
+        ids, lens = self.token_ids(dataset)
+        prepared = PreparedTexts(torch.from_numpy(lens), torch.from_numpy(ids),
+                                 torch.as_tensor(dataset.label, dtype=torch.long),
+                                 torch.ones(n))
+        return self._prepared.store(dataset, training, prepared)
+
+    def token_ids(self, dataset: TextDataset) -> tuple[np.ndarray, np.ndarray]:
+        """``(N, max_len)`` input ids (0 = padding) and each text's length: the form ids of
+        its first ``max_len`` tokens."""
+        tok = np.zeros((len(dataset), self.max_len), np.int64)
+        lens = np.zeros(len(dataset), np.int64)
         for i, words in enumerate(dataset.tokens):
             words = words[:self.max_len]
             lens[i] = len(words)
             tok[i, :len(words)] = [self.forms.id(w) for w in words]
-        prepared = PreparedTexts(torch.from_numpy(lens), torch.from_numpy(tok),
-                                 torch.as_tensor(dataset.label, dtype=torch.long),
-                                 torch.ones(n))
-        return self._prepared.store(dataset, training, prepared)
+        return tok, lens
 
     def num_examples(self, prepared: PreparedTexts) -> int:
         return len(prepared)
