@@ -57,6 +57,7 @@ from regionfed.data.partition import (
     duplicate_groups,
     leak_free_holdouts,
     region_client_splits,
+    split_counts,
 )
 from regionfed.data.text import TextDataset
 from regionfed.errors import DataError, config_error_from_validation
@@ -244,16 +245,13 @@ def _client_key(record: dict[str, Any], client_key: str, where: str) -> str:
 
 def stratified_sample(groups: list[str], size: int, seed: int) -> np.ndarray:
     """Sorted indices of ``size`` items drawn without replacement so that each group keeps
-    its share of ``size`` (largest remainders; ties to the larger group, then by name)."""
-    names = sorted(set(groups))
-    members = {g: [i for i, x in enumerate(groups) if x == g] for g in names}
-    exact = {g: size * len(members[g]) / len(groups) for g in names}
-    quota = {g: int(exact[g]) for g in names}
-    by_remainder = sorted(names, key=lambda g: (-(exact[g] - quota[g]), -len(members[g]), g))
-    for g in by_remainder[:size - sum(quota.values())]:
-        quota[g] += 1
+    its share of ``size`` (:func:`~regionfed.data.partition.split_counts`)."""
+    names, inverse = np.unique(np.asarray(groups), return_inverse=True)
+    members = [np.flatnonzero(inverse == g) for g in range(len(names))]
+    quota = split_counts(size, [len(m) for m in members])
     rng = np.random.default_rng(seed)
-    chosen = [rng.choice(members[g], size=quota[g], replace=False) for g in names]
+    chosen = [rng.choice(m, size=int(q), replace=False) for m, q in zip(members, quota,
+                                                                        strict=True)]
     return np.sort(np.concatenate(chosen)).astype(np.int64)
 
 
@@ -309,8 +307,8 @@ def _random_clients(cfg: ReviewsConfig, data: TextDataset, groups: np.ndarray,
     """``clients_per_region`` clients per category, Dirichlet(``alpha_d``) label skew,
     leak-free hold-outs."""
     k = cfg.clients_per_region
-    region_members = {r: np.flatnonzero(np.array(data.category) == r)
-                      for r in sorted(set(data.category))}
+    category = np.asarray(data.category)
+    region_members = {r: np.flatnonzero(category == r) for r in np.unique(category).tolist()}
     for region, members in region_members.items():
         if len(members) < k + 1:
             raise DataError(f"{cfg.path}: region (category) {region!r} has {len(members)} "

@@ -273,13 +273,14 @@ def _as_matrix(starts: torch.Tensor | Sequence[torch.Tensor], k: int, total: int
     return matrix.detach().to(torch.float32)
 
 
-def _live_rows(batches: Sequence[Batch | None]) -> slice | None:
-    """The clients that still have a batch, when they are a suffix of the chunk with at
-    least one finished client before it (clients sorted by step count finish shortest
-    first): then only those rows are stacked and computed. ``None`` otherwise."""
+def _live_rows(batches: Sequence[Batch | None]) -> slice:
+    """The rows to compute: from the first client that still has a batch on, when every
+    client after it has one too (clients sorted by step count finish shortest first, so
+    the finished ones are a prefix and cost nothing); else every row (inactive ones as
+    padding)."""
     first = next(i for i, b in enumerate(batches) if b is not None)
-    if first == 0 or any(b is None for b in batches[first:]):
-        return None
+    if any(b is None for b in batches[first:]):
+        first = 0
     return slice(first, len(batches))
 
 
@@ -365,37 +366,26 @@ def train_local_batched(task: Task, model: nn.Module,
         if not distinct:
             streams = [iter(list(s)) for s in streams]
         flat = matrix[chunk]  # a copy (list index)
-        params = unflatten_stacked(layout, flat)
         state = init_batched_optimizer(optimizer, {"flat": flat})
         totals = torch.zeros(len(chunk), dtype=torch.float64)
         while True:
             batches = [next(s, None) for s in streams]
             if all(b is None for b in batches):
                 break
-            rows = _live_rows(batches)
-            if rows is not None:  # finished clients (a prefix, by step count) cost nothing
-                batch, _ = stack_batches(batches[rows], fill)
-                grads, losses = step_fn(unflatten_stacked(layout, flat[rows]), batch)
-                active = torch.ones(len(chunk), dtype=torch.bool)
-                active[:rows.start] = False
-                losses = torch.cat([torch.zeros(rows.start), losses.detach()])
-            else:
-                batch, active = stack_batches(batches, fill)
-                grads, losses = step_fn(params, batch)
-                losses = losses.detach()
+            # finished clients (a prefix, by step count) are not computed at all
+            live = _live_rows(batches)
+            batch, active = stack_batches(batches[live], fill)
+            grads, losses = step_fn(unflatten_stacked(layout, flat[live]), batch)
+            losses = losses.detach()
             bad = active & ~torch.isfinite(losses)
             if bool(bad.any()):
-                which = chunk[int(bad.nonzero()[0, 0])]
+                which = chunk[live.start + int(bad.nonzero()[0, 0])]
                 raise NumericalError(f"local training produced a non-finite loss "
                                      f"({float(losses[bad][0])}) for client {which}")
-            if rows is not None:
-                batched_optimizer_step(optimizer, {"flat": flat[rows]},
-                                       {"flat": flatten_stacked(layout, grads)},
-                                       state.rows(rows), None)
-            else:
-                batched_optimizer_step(optimizer, {"flat": flat},
-                                       {"flat": flatten_stacked(layout, grads)}, state, active)
-            totals += torch.where(active, losses.to(torch.float64), 0.0)
+            batched_optimizer_step(optimizer, {"flat": flat[live]},
+                                   {"flat": flatten_stacked(layout, grads)}, state.rows(live),
+                                   active)
+            totals[live] += torch.where(active, losses.to(torch.float64), 0.0)
         counts = state.step.clamp(min=1).to(torch.float64)
         for row, i in enumerate(chunk):
             results[i] = (flat[row].clone(), float(totals[row] / counts[row]))
@@ -423,7 +413,6 @@ def mean_gradients_batched(task: Task, model: nn.Module,
     out: list[torch.Tensor | None] = [None] * k
     for chunk in _chunks(order, max_clients):
         flat = matrix[chunk]
-        theta = unflatten_stacked(layout, flat)
         acc = torch.zeros(len(chunk), layout.total)
         streams = [task.batches(prepared[i], batch_size, None) for i in chunk]
         while True:
@@ -432,15 +421,10 @@ def mean_gradients_batched(task: Task, model: nn.Module,
                 break
             scale = torch.tensor([0.0 if b is None else task.batch_size_of(b) / sizes[i]
                                   for b, i in zip(batches, chunk, strict=True)])
-            rows = _live_rows(batches)
-            if rows is not None:  # finished clients (a prefix, by size) cost nothing
-                batch, _ = stack_batches(batches[rows], fill)
-                grads, _ = step_fn(unflatten_stacked(layout, flat[rows]), batch, scale[rows])
-                acc[rows] += flatten_stacked(layout, grads)
-                continue
-            batch, active = stack_batches(batches, fill)
-            grads, _ = step_fn(theta, batch, scale)
-            acc += torch.where(active[:, None], flatten_stacked(layout, grads), 0.0)
+            live = _live_rows(batches)  # finished clients (a prefix, by size): not computed
+            batch, active = stack_batches(batches[live], fill)
+            grads, _ = step_fn(unflatten_stacked(layout, flat[live]), batch, scale[live])
+            acc[live] += torch.where(active[:, None], flatten_stacked(layout, grads), 0.0)
         for row, i in enumerate(chunk):
             out[i] = acc[row].clone()
     return [g for g in out if g is not None]
