@@ -65,6 +65,10 @@ def test_reviews_fixture_runs_from_the_command_line(tmp_path, capsys):
     results = _ran(out, code, stdout, None)
     assert results["methods"]["fedavg"]["ner_f1"] is None  # accuracy only
     assert set(results["methods"]["fedavg"]["per_region"]) == {"Books", "Electronics", "Home"}
+    # the run says what it trained and tested on, and how the repeated texts were split
+    sizes, repeats = results["data"]["split_sizes"], results["data"]["source"]["duplicate_texts"]
+    assert (f"data: {sizes['train']:,} train / {sizes['val']:,} val / {sizes['test']:,} test "
+            f"examples; {repeats:,} repeated texts, each in one split (leak-free)") in stdout
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -386,7 +386,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from regionfed.experiment import run_experiment, unique_run_dir
-    from regionfed.report import results_table
+    from regionfed.report import data_line, results_table
 
     if args.resume:
         out = Path(args.resume)
@@ -396,6 +396,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         out = unique_run_dir(Path(args.out) if args.out else Path("runs") / config.name)
     results = run_experiment(config, out, progress=not args.quiet, resume=bool(args.resume))
     print(results_table(results))
+    if line := data_line(results):
+        print(line)
     print(f"\nresults: {out / 'results.json'}")
     if args.report:
         from regionfed.report import write_report

@@ -58,6 +58,23 @@ def results_table(results: dict[str, Any]) -> str:
     return "\n".join([line(header), sep, *(line(r) for r in rows)])
 
 
+def data_line(results: dict[str, Any]) -> str | None:
+    """One line on the data a run used: split sizes, and how many repeated texts the
+    leak-free split kept in one split each (None when the loader reports neither)."""
+    data = results.get("data") or {}
+    sizes, source = data.get("split_sizes"), data.get("source") or {}
+    parts = []
+    if sizes:
+        parts.append(" / ".join(f"{sizes[s]:,} {s}" for s in ("train", "val", "test")
+                                if s in sizes) + " examples")
+    if "duplicate_texts" in source:
+        split = source.get("split", "leak_free")
+        how = ("each in one split (leak-free)" if split == "leak_free"
+               else "split at random (a text can be in training and test)")
+        parts.append(f"{source['duplicate_texts']:,} repeated texts, {how}")
+    return "data: " + "; ".join(parts) if parts else None
+
+
 def not_applicable_notes(results: dict[str, Any]) -> list[str]:
     """One line per method that could not run, with the reason."""
     return [f"- {m}: n/a — {why}" for m, why in results.get("not_applicable", {}).items()]

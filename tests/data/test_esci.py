@@ -339,3 +339,21 @@ def test_shared_judgments_without_query_id_load_with_text_ids():
     assert fed.meta["source"]["queries"] == 150 == fed.meta["source"]["query_ids_from_text"]
     assert fed.meta["source"]["rows"] == 6678
     assert all(set(tags) == {"O"} for tags in everything(fed).ner)
+
+
+def test_queries_with_the_same_text_under_different_ids_share_one_split(tmp_path):
+    # 40 queries, 10 texts each under 4 ids and two locales: a random split would put
+    # copies of a text in training and test
+    path = tmp_path / "repeats.csv"
+    lines = ["query,query_id,product_id,product_locale,esci_label"]
+    for i in range(40):
+        lines.append(f"red shoe {i % 10},{i},P{i},{'us' if i % 2 else 'es'},E")
+    path.write_text("\n".join(lines) + "\n")
+    for seed in range(5):
+        fed = load_esci(path=str(path), clients_per_region=2, seed=seed)
+        texts = {s: {" ".join(t) for c in fed.clients for t in c.split(s).source}
+                 for s in ("train", "val", "test")}
+        assert texts["test"], "every region keeps a test query"
+        assert not texts["train"] & texts["test"]
+        assert not texts["train"] & texts["val"]
+        assert fed.meta["source"]["duplicate_texts"] == 30

@@ -108,6 +108,26 @@ def test_splits_are_disjoint_per_client(default_fed: Federation) -> None:
     assert c.client_id == f"{c.region}/c000"
 
 
+def clean_texts(fed: Federation, split: str) -> set[str]:
+    return {" ".join(t) for c in fed.clients for t in c.split(split).source}
+
+
+def test_default_split_never_holds_out_a_training_query(default_fed: Federation) -> None:
+    # the same clean query (whatever its typos) is in one split across all clients
+    texts = {s: clean_texts(default_fed, s) for s in SPLITS}
+    assert not texts["train"] & texts["test"]
+    assert not texts["train"] & texts["val"] and not texts["val"] & texts["test"]
+    source = default_fed.meta["source"]
+    assert source["split"] == "leak_free" and source["duplicate_texts"] > 1000
+
+
+def test_random_split_is_per_client_and_can_test_on_training_queries() -> None:
+    fed = generate_esci_synth(num_queries=4000, split="random")
+    assert {(len(c.train), len(c.val), len(c.test)) for c in fed.clients} == {(36, 4, 10)}
+    assert clean_texts(fed, "train") & clean_texts(fed, "test")
+    assert fed.meta["source"]["split"] == "random"
+
+
 @pytest.mark.parametrize("m", [4, 16])
 def test_other_region_counts(m: int) -> None:
     fed = generate_esci_synth(num_regions=m, clients_per_region=3, num_queries=4000,

@@ -26,6 +26,17 @@ def test_every_variant_is_a_valid_configuration_at_both_sizes(name):
             assert config.methods == list(variant.methods or study.methods)
 
 
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_published_esci_synth_studies_keep_the_split_they_were_run_with(name):
+    # results/ was measured with each client's queries split at random: a sweep command
+    # must reproduce it until the studies are rerun leak-free
+    study = get_study(name)
+    for full in (False, True):
+        config = variant_config(study, study.variants[0], full=full, seeds=1)
+        if config.dataset == "esci-synth":
+            assert config.data.split == "random"
+
+
 def test_the_paper_size_is_the_papers_protocol():
     config = variant_config(get_study("heterogeneity"), get_study("heterogeneity").variants[2],
                             full=True, seeds=None)

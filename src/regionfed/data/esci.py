@@ -44,11 +44,13 @@ and *either* a ``product_id`` column (a query's region is the majority region of
 judged products) *or* a ``query_id`` column (the query's region directly). Queries the map
 does not cover are dropped (counted in ``meta["source"]["unmapped_queries"]``).
 
-Per region (:func:`regionfed.data.partition.region_client_splits`): queries are split into
-train / val / test, then dealt to ``clients_per_region`` clients with Dirichlet(``alpha_d``)
-skew over the weak intent labels. A region needs ``clients_per_region + 1`` queries (a
-training query per client and a test query). ``meta["vocabulary"]`` holds the clean words of
-the *training* splits only (no test word leaks into the spell candidates).
+Per region (:func:`regionfed.data.partition.region_client_splits`): queries are split into train
+/ val / test — queries with the same text under different ids in the same split, across regions
+too (:func:`~regionfed.data.partition.leak_free_holdouts`; counted in
+``meta["source"]["duplicate_texts"]``) — then dealt to ``clients_per_region`` clients with
+Dirichlet(``alpha_d``) skew over the weak intent labels. A region needs ``clients_per_region +
+1`` queries (a training query per client and a test query). ``meta["vocabulary"]`` holds the
+clean words of the *training* splits only (no test word leaks into the spell candidates).
 """
 
 from __future__ import annotations
@@ -67,7 +69,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from regionfed.data.esci_synth import CORRUPTION_OPS, EsciSynthConfig, corrupt_query
 from regionfed.data.federation import ClientData, Federation
-from regionfed.data.partition import region_client_splits
+from regionfed.data.partition import (
+    duplicate_groups,
+    leak_free_holdouts,
+    region_client_splits,
+)
 from regionfed.data.queries import INTENTS, MAX_TOKENS, QueryDataset
 from regionfed.errors import DataError, config_error_from_validation
 
@@ -446,15 +452,21 @@ def load_esci(config: EsciConfig | Mapping[str, Any] | None = None,
 
     names = sorted(set(regions))
     k = cfg.clients_per_region
-    clients = []
-    for region in names:
-        members = np.array([i for i, r in enumerate(regions) if r == region])
+    region_members = {r: np.array([i for i, q in enumerate(regions) if q == r]) for r in names}
+    for region, members in region_members.items():
         if len(members) < k + 1:
             raise DataError(f"{cfg.path}: region {region!r} has {len(members)} queries, too few "
                             f"for {k} clients (each needs a training query and the region a "
                             f"test query: at least {k + 1}); lower clients_per_region")
+    # queries with the same text (under different ids) are held out together, across regions
+    groups = duplicate_groups([" ".join(t) for t in source])
+    holdouts = leak_free_holdouts(rng_split, groups, regions, k, cfg.val_fraction,
+                                  cfg.test_fraction)
+    clients = []
+    for region, members in region_members.items():
         splits = region_client_splits(rng_split, intent[members], k, cfg.alpha_d,
-                                      cfg.val_fraction, cfg.test_fraction)
+                                      cfg.val_fraction, cfg.test_fraction,
+                                      holdouts=holdouts[members])
         for j, (train, val, test) in enumerate(splits):
             clients.append(ClientData(f"{region}/c{j:03d}", region,
                                       data.subset(members[train]), data.subset(members[val]),
@@ -465,7 +477,8 @@ def load_esci(config: EsciConfig | Mapping[str, Any] | None = None,
                    "category_map": cfg.category_map, "region_by": cfg.region_by,
                    "rows": rows, "queries": len(keys), "skipped_empty_queries": len(empty),
                    "unmapped_queries": len(queries) - len(region_of),
-                   "query_ids_from_text": sum(key.startswith("text:") for key in keys)},
+                   "query_ids_from_text": sum(key.startswith("text:") for key in keys),
+                   "duplicate_texts": len(keys) - len(np.unique(groups))},
         "labels": "weak (rules of regionfed.data.esci)",
         "config": cfg.model_dump(),
         "intents": list(INTENTS),

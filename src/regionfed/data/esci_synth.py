@@ -22,6 +22,13 @@ source text: with ``concept_shift = 0`` identical source text always has identic
 Randomness: one ``numpy.random.default_rng(seed)``, spawned into independent streams (concept
 shift, region assignment, client mixtures, client sizes, queries, corruption, splits), so e.g. the
 corruption rate does not change which queries are drawn.
+
+Splits (``split``): by default leak-free — queries with the same clean text (whatever their
+typos) are held out together or not at all, across clients and regions
+(:func:`~regionfed.data.partition.leak_free_holdouts`, each client's hold-out targets those of
+the random split below; ``meta["source"]["duplicate_texts"]`` counts the repeats), so test
+measures queries the federation never trained on; ``random`` splits each client's queries at
+random (:func:`_split`).
 """
 
 from __future__ import annotations
@@ -37,10 +44,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from regionfed.data import lexicon as lx
 from regionfed.data.federation import ClientData, Federation
 from regionfed.data.partition import (
+    TEST,
+    TRAIN,
+    VAL,
     assign_regions,
     client_sizes,
     dirichlet_proportions,
+    duplicate_groups,
     holdout_counts,
+    leak_free_holdouts,
 )
 from regionfed.data.queries import INTENTS, QueryDataset
 from regionfed.errors import config_error_from_validation
@@ -75,6 +87,11 @@ class EsciSynthConfig(BaseModel):
     region_assignment: Literal["semantic", "geographic", "random", "adversarial"] = "semantic"
     geographic_fidelity: float = Field(0.6, ge=0.0, le=1.0)
     client_size_skew: float = Field(0.0, ge=0.0)
+    #: ``leak_free``: a query's clean text (typos aside) is in one split only, across all
+    #: clients; ``random``: each client's queries split at random (a text repeated within
+    #: or across clients can be in training and in test: 16 % of test queries at the
+    #: default size, as in the studies published before this setting existed)
+    split: Literal["leak_free", "random"] = "leak_free"
     seed: int = Field(0, ge=0)
 
     @field_validator("corruption_mix")
@@ -545,6 +562,8 @@ def generate_esci_synth(
         "concept_shift": _shift_meta(plan, profiles, cfg.concept_shift),
         "corruption_counts": counts,
         "split_sizes": {s: sum(len(c.split(s)) for c in clients) for s in ("train", "val", "test")},
+        "source": {"generator": "esci-synth", "split": cfg.split,
+                   "duplicate_texts": _duplicate_texts(datasets)},
     }
     return Federation(name="esci-synth", regions=names, clients=clients, meta=meta)
 
@@ -553,16 +572,38 @@ def _make_clients(
     datasets: list[QueryDataset], assigned: np.ndarray, client_profile: np.ndarray,
     names: list[str], rng: np.random.Generator, cfg: EsciSynthConfig,
 ) -> tuple[list[ClientData], dict[str, str]]:
-    """Group the per-client datasets by assigned region, split them, name the clients
-    ``<region>/c<k>``; also return each client's profile region."""
+    """Group the per-client datasets by assigned region, split them (``cfg.split``), name
+    the clients ``<region>/c<k>``; also return each client's profile region."""
+    splits = (_leak_free_splits(datasets, rng, cfg) if cfg.split == "leak_free"
+              else [_split(d, rng, cfg) for d in datasets])
     clients, profiles = [], {}
     for r, region in enumerate(names):
         for j, u in enumerate(np.flatnonzero(assigned == r).tolist()):
-            train, val, test = _split(datasets[u], rng, cfg)
             cid = f"{region}/c{j:03d}"
-            clients.append(ClientData(cid, region, train, val, test))
+            clients.append(ClientData(cid, region, *splits[u]))
             profiles[cid] = names[client_profile[u]]
     return clients, profiles
+
+
+def _duplicate_texts(datasets: list[QueryDataset]) -> int:
+    """How many queries repeat an earlier query's clean text."""
+    texts = [" ".join(t) for d in datasets for t in d.source]
+    return len(texts) - len(np.unique(duplicate_groups(texts)))
+
+
+def _leak_free_splits(
+    datasets: list[QueryDataset], rng: np.random.Generator, cfg: EsciSynthConfig
+) -> list[tuple[QueryDataset, QueryDataset, QueryDataset]]:
+    """Per client (train, val, test): every text in one split across all clients, each
+    client's hold-outs at most :func:`_split`'s sizes and at least one test query."""
+    owner = np.repeat(np.arange(len(datasets)), [len(d) for d in datasets])
+    groups = duplicate_groups([" ".join(t) for d in datasets for t in d.source])
+    split = leak_free_holdouts(rng, groups, owner, 1, cfg.val_fraction, cfg.test_fraction)
+    out = []
+    for u, data in enumerate(datasets):
+        mine = split[owner == u]
+        out.append(tuple(data.subset(np.flatnonzero(mine == s)) for s in (TRAIN, VAL, TEST)))
+    return out
 
 
 def _vocabulary(vocab_size: int) -> tuple[list[str], int]:

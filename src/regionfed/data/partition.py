@@ -16,7 +16,6 @@ random state.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -203,41 +202,45 @@ def leak_free_holdouts(rng: np.random.Generator, groups: Sequence[int] | np.ndar
     test example then gets its smallest training group that can move. DataError if none can.
     """
     group = np.asarray(groups, dtype=np.int64)
-    region = np.asarray(regions)
-    names = sorted(set(region.tolist()))
-    n = {r: int((region == r).sum()) for r in names}
-    target = {TEST: {r: holdout_counts(n[r], test_fraction, keep=num_clients, minimum=1)
-                     for r in names}}
-    target[VAL] = {r: holdout_counts(n[r] - target[TEST][r], val_fraction, keep=num_clients)
-                   for r in names}
+    # regions as integer codes: a federation may pass thousands (one per client)
+    names, region = np.unique(np.asarray(regions), return_inverse=True)
+    n = np.bincount(region, minlength=len(names))
+    target = {TEST: np.array([holdout_counts(int(m), test_fraction, keep=num_clients,
+                                             minimum=1) for m in n], dtype=np.int64)}
+    target[VAL] = np.array([holdout_counts(int(m - t), val_fraction, keep=num_clients)
+                            for m, t in zip(n, target[TEST], strict=True)], dtype=np.int64)
     _, inverse = np.unique(group, return_inverse=True)
     members = np.split(np.argsort(inverse, kind="stable"),
                        np.cumsum(np.bincount(inverse))[:-1])
-    sizes = [Counter(region[m].tolist()) for m in members]
-    fill = {s: dict.fromkeys(names, 0) for s in (TRAIN, VAL, TEST)}
+    sizes = [np.unique(region[m], return_counts=True) for m in members]
+    fill = {s: np.zeros(len(names), dtype=np.int64) for s in (TRAIN, VAL, TEST)}
     split = np.full(len(group), TRAIN, dtype=np.int64)
     for k in rng.permutation(len(members)):
+        where, count = sizes[k]
         chosen = next((s for s in (TEST, VAL)
-                       if all(fill[s][r] + c <= target[s][r] for r, c in sizes[k].items())),
-                      TRAIN)
+                       if np.all(fill[s][where] + count <= target[s][where])), TRAIN)
         split[members[k]] = chosen
-        for r, c in sizes[k].items():
-            fill[chosen][r] += c
-    for r in names:
-        if fill[TEST][r]:
+        fill[chosen][where] += count
+    lacking = np.flatnonzero(fill[TEST] == 0)
+    if len(lacking):
+        in_region: dict[int, list[int]] = {int(r): [] for r in lacking}
+        for k, (where, _) in enumerate(sizes):
+            for r in where.tolist():
+                if r in in_region:
+                    in_region[r].append(k)
+    for r in lacking.tolist():
+        if fill[TEST][r]:  # a group moved for an earlier region covered this one
             continue
-        movable = [k for k, size in enumerate(sizes) if r in size
-                   and split[members[k][0]] == TRAIN
-                   and all(fill[TRAIN][q] - c >= num_clients for q, c in size.items())]
+        movable = [k for k in in_region[r] if split[members[k][0]] == TRAIN
+                   and np.all(fill[TRAIN][sizes[k][0]] - sizes[k][1] >= num_clients)]
         if not movable:
-            raise DataError(f"region {r!r}: its texts repeat so much that no test example "
-                            f"can be held out without leaving fewer than {num_clients} "
-                            "training examples")
-        k = min(movable, key=lambda k: (sum(sizes[k].values()), k))
+            raise DataError(f"region {str(names[r])!r}: its texts repeat so much that no test "
+                            f"example can be held out without leaving fewer than "
+                            f"{num_clients} training examples")
+        k = min(movable, key=lambda k: (int(sizes[k][1].sum()), k))
         split[members[k]] = TEST
-        for q, c in sizes[k].items():
-            fill[TRAIN][q] -= c
-            fill[TEST][q] += c
+        fill[TRAIN][sizes[k][0]] -= sizes[k][1]
+        fill[TEST][sizes[k][0]] += sizes[k][1]
     return split
 
 

@@ -397,7 +397,10 @@ def results_markdown(folders: list[Path]) -> str:
               "`study.json`. The paper's numbers are transcribed as printed "
               "(`src/regionfed/studies/paper_claims.yaml`). The Table-1 comparison of every "
               "method on one federation is [comparison.md](comparison.md) "
-              "(`regionfed compare`).", ""]
+              "(`regionfed compare`). The esci-synth studies split each client's queries at "
+              "random (`data.split: random`, as they were first measured), so a repeated "
+              "query can be trained on and tested; `regionfed run` splits leak-free "
+              "([models.md](models.md)).", ""]
     measured = {r["study"] for r in records}
     missing = [name for name in STUDIES if name not in measured]
     summary = ["## At a glance", ""] + [f"- {line}" for line in scoreboard(records)] + [
