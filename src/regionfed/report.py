@@ -71,7 +71,8 @@ def data_line(results: dict[str, Any]) -> str | None:
         split = source.get("split", "leak_free")
         how = ("each in one split (leak-free)" if split == "leak_free"
                else "split at random (a text can be in training and test)")
-        parts.append(f"{source['duplicate_texts']:,} repeated texts, {how}")
+        repeats = source["duplicate_texts"]
+        parts.append(f"{repeats:,} repeated text{'' if repeats == 1 else 's'}, {how}")
     return "data: " + "; ".join(parts) if parts else None
 
 
