@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -116,6 +118,16 @@ def two_region_quadratics() -> tuple[dict[str, QuadraticClient], FederationView]
 
 #: tests/fixtures: small data files of every supported format
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def load_script(relative: str) -> ModuleType:
+    """A repository script (``experiments/…``, ``benchmarks/…``) imported as a module."""
+    path = Path(__file__).resolve().parents[1] / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def shared_data(*parts: str) -> Path:

@@ -1,14 +1,10 @@
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "audit_sigmas.py"
+from helpers import load_script
 
 
 def test_the_audit_table_script_writes_one_audit_per_sigma_and_a_table(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("audit_sigmas", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("experiments/audit_sigmas.py")
     monkeypatch.setitem(module.BASE, "training", {**module.BASE["training"], "rounds": 2})
     monkeypatch.setitem(module.BASE, "data", {**module.BASE["data"], "num_queries": 600})
     out = tmp_path / "audit"

@@ -1,18 +1,13 @@
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "privacy_cohort.py"
+from helpers import load_script
 
 
 def test_privacy_cohort_sweep_writes_a_table_with_the_accountants_epsilon(tmp_path):
     from regionfed.privacy.ledger import epsilon_pld
 
-    spec = importlib.util.spec_from_file_location("privacy_cohort", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("experiments/privacy_cohort.py")
     out = tmp_path / "pc"
     assert module.main(["--cohorts", "2,4", "--rounds", "1", "--queries-per-client", "15",
                         "--methods", "fedavg", "--out", str(out)]) == 0

@@ -1,19 +1,12 @@
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "review_encoders.py"
+from helpers import load_script
 
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("review_encoders", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = "experiments/review_encoders.py"
 
 
 def test_review_files_carry_sentiment_in_rare_adjectives_and_negations(tmp_path):
-    module = load_script()
+    module = load_script(SCRIPT)
     written = module.write_reviews(tmp_path, per_category=200, adjectives=40, negation=0.3,
                                    positive_share=0.6, seed=0)
     from regionfed.data.reviews import load_reviews
@@ -31,7 +24,7 @@ def test_review_files_carry_sentiment_in_rare_adjectives_and_negations(tmp_path)
 
 
 def test_the_script_compares_the_encoders_with_majority(tmp_path):
-    module = load_script()
+    module = load_script(SCRIPT)
     out = tmp_path / "re"
     assert module.main(["--models", "tiny", "--per-category", "30", "--rounds", "1",
                         "--seeds", "1", "--out", str(out)]) == 0

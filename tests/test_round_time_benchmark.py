@@ -1,14 +1,8 @@
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "round_time.py"
+from helpers import load_script
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("round_time", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/round_time.py")
 
 
 def test_round_timer_reports_the_timed_rounds_and_a_breakdown(tiny_federation, tiny_task):
