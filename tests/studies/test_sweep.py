@@ -37,6 +37,25 @@ def test_published_esci_synth_studies_keep_the_split_they_were_run_with(name):
             assert config.data.split == "random"
 
 
+PUBLISHED = Path(__file__).resolve().parents[2] / "results"
+
+
+@pytest.mark.parametrize("folder", sorted(p.parent.name for p in PUBLISHED.glob("*/study.json")))
+def test_published_study_folders_hold_the_data_their_command_builds(folder):
+    # `regionfed sweep <study> --out results/<study>` resumes a published folder only if its
+    # saved configs equal what the registry builds now; the data must never drift from it
+    from regionfed.config import build_config, load_config
+
+    record = json.loads((PUBLISHED / folder / "study.json").read_text())
+    study = get_study(record["study"])
+    for variant in study.variants:
+        saved = build_config(load_config(PUBLISHED / folder / slug(variant.label)
+                                         / "config.yaml"))
+        built = variant_config(study, variant, full=record["full"], seeds=1)
+        assert saved.dataset == built.dataset
+        assert saved.data.model_dump() == built.data.model_dump(), variant.label
+
+
 def test_the_paper_size_is_the_papers_protocol():
     config = variant_config(get_study("heterogeneity"), get_study("heterogeneity").variants[2],
                             full=True, seeds=None)
