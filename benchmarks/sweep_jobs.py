@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from regionfed.studies.runner import usable_cores
+from regionfed.runtime.threads import usable_cores
 
 
 def timed_sweep(out: Path, args: list[str], env: dict[str, str]) -> tuple[float, list[float]]:
@@ -48,7 +48,7 @@ def main() -> int:
                         help="workers of the parallel run (default: usable cores, ≤ 4)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    jobs = args.jobs or max(2, min(usable_cores(), 4))
+    jobs = args.jobs or max(2, min(len(usable_cores()), 4))
     common = ["--quiet", "--seeds", "1", "--set", f"training.rounds={args.rounds}",
               "--set", f"training.eval_every={args.rounds}",
               "--set", "methods=[fedavg, regionfed-grad]"]
@@ -69,7 +69,7 @@ def main() -> int:
     agree = all(abs(a - b) <= 1e-3 for values in overall.values()
                 for a, b in zip(values, reference, strict=True))
     result = {
-        "usable_cores": usable_cores(), "jobs": jobs, "rounds": args.rounds,
+        "usable_cores": len(usable_cores()), "jobs": jobs, "rounds": args.rounds,
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "speedup_jobs": round(seconds["one process, default threads"]
                               / seconds[f"--jobs {jobs}"], 2),

@@ -13,7 +13,11 @@ def pytest_configure(config):
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         import torch
 
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+        threads = max(1, len(os.sched_getaffinity(0)) // workers)
+        torch.set_num_threads(threads)
+        # runs started by the tests keep this share instead of measuring the load
+        # (regionfed.runtime.threads), which the other worker makes vary
+        os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 #: the files that take longest (``pytest --durations``: a Flower deployment ~150 s, the Ray

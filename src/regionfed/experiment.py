@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from regionfed import metrics
@@ -44,6 +46,7 @@ from regionfed.runtime.params import set_flat
 from regionfed.runtime.pooled import run_pooled
 from regionfed.runtime.round_checkpoint import RoundCheckpoints, run_identity
 from regionfed.runtime.simulator import FederatedRun, Simulator
+from regionfed.runtime.threads import use_free_cores
 from regionfed.tuning import candidates, choose, final_validation_overall
 
 SUMMARY_KEYS = ("overall", "intent", "spell", "ner_f1", "ner_entity_f1", "rrs",
@@ -250,12 +253,20 @@ def _partial_path(out: Path, method: str, seed: int) -> Path:
 
 
 def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
-                   resume: bool = False) -> dict[str, Any]:
+                   resume: bool = False, threads: int | None = None) -> dict[str, Any]:
     """Run every method × seed, writing outputs under ``out``; returns ``results.json``.
 
+    Trains with ``threads`` torch threads, or (None) as many as the cores other work leaves
+    free (:func:`regionfed.runtime.threads.use_free_cores`; said on stderr with progress).
     A run that fails before finishing anything resumable leaves no folder
     (:func:`removed_if_start_fails`)."""
     check_privacy_budget(config)  # a budget no method can meet must not leave a run folder
+    if threads is None:
+        threads, why = use_free_cores()
+        if progress:
+            print(f"threads: {why}", file=sys.stderr)
+    else:
+        torch.set_num_threads(threads)
     with removed_if_start_fails(out):
         return _run_experiment(config, out, progress, resume)
 

@@ -31,6 +31,7 @@ from regionfed import metrics
 from regionfed.config import RunConfig, apply_set_overrides, build_config, set_dotted
 from regionfed.errors import ConfigError
 from regionfed.io import write_atomic, write_json
+from regionfed.runtime.threads import usable_cores
 from regionfed.studies.registry import Study, Variant
 
 #: the CSV columns, in order
@@ -84,17 +85,9 @@ def variant_rows(study: Study, variant: Variant, results: dict[str, Any], run: P
     return rows
 
 
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def default_jobs(study: Study) -> int:
     """One worker per usable core, never more than the study has variants."""
-    return max(1, min(usable_cores(), len(study.variants)))
+    return max(1, min(len(usable_cores()), len(study.variants)))
 
 
 def _run_variant(config: RunConfig, folder: Path, progress: bool,
@@ -102,12 +95,8 @@ def _run_variant(config: RunConfig, folder: Path, progress: bool,
     """Run (or resume) one variant; in a worker process, with ``threads`` torch threads."""
     from regionfed.experiment import run_experiment
 
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
     return run_experiment(config, folder, progress=progress,
-                          resume=(folder / "config.yaml").exists())
+                          resume=(folder / "config.yaml").exists(), threads=threads)
 
 
 def run_study(study: Study, out: Path, *, full: bool = False, seeds: int | None = None,
@@ -151,7 +140,7 @@ def _run_in_workers(study: Study, configs: list[tuple[Variant, RunConfig]], out:
     """Every variant in a pool of ``jobs`` spawned processes (a fresh interpreter each: torch
     and forked threads do not mix); results in variant order. The first failure cancels the
     variants not yet started and is raised once the running ones stop."""
-    threads = max(1, usable_cores() // jobs)
+    threads = max(1, len(usable_cores()) // jobs)
     bar = tqdm(total=len(configs), desc=f"{study.name} ({jobs} workers)", unit="variant",
                disable=not progress)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
