@@ -64,6 +64,23 @@ def test_findings_name_the_winner_and_regionfeds_margin():
     assert "best personalized baseline ditto: +1.5 points" in sentence
 
 
+def test_the_recommended_method_is_compared_with_fedavg_and_local_even_when_not_best():
+    record = {"variants": ["v"], "rows": [
+        {"variant": "v", "method": "fedavg", "overall": 0.80, "overall_std": 0.01},
+        {"variant": "v", "method": "local", "overall": 0.79, "overall_std": 0.002},
+        {"variant": "v", "method": "regionfed-grad", "overall": 0.85, "overall_std": 0.01},
+        {"variant": "v", "method": "regionfed-plus", "overall": 0.785, "overall_std": 0.003}]}
+    (sentence,) = findings(record)
+    assert "regionfed-grad vs fedavg: +5.0 points (ahead" in sentence  # RegionFed's best
+    assert "regionfed-plus (recommended) vs fedavg: -1.5 points (behind, ±1.0)" in sentence
+    assert "regionfed-plus (recommended) vs local: -0.5 points (behind, ±0.3)" in sentence
+    # where it is RegionFed's best, each margin is said once (local as the best baseline)
+    record["rows"][2]["overall"] = 0.70
+    (sentence,) = findings(record)
+    assert "regionfed-plus vs fedavg: -1.5" in sentence and "baseline local: -0.5" in sentence
+    assert "(recommended)" not in sentence
+
+
 def test_a_single_seed_margin_says_it_has_no_noise_band():
     record = {"variants": ["σ=4"], "rows": [
         {"variant": "σ=4", "method": "fedavg", "overall": 0.53, "overall_std": None,

@@ -209,13 +209,21 @@ def margins(here: dict[str, dict[str, Any]]) -> list[tuple[str, str, float, floa
     baselines = [here[m] for m in PERSONALIZED if m in here]
     if baselines:
         rivals.append(max(baselines, key=lambda r: r["overall"]))
-    out = []
-    for rival in rivals:
-        gap = 100 * (top["overall"] - rival["overall"])
-        noise = _noise(top, rival)
-        verdict = "within seed noise" if abs(gap) <= noise else "ahead" if gap > 0 else "behind"
-        out.append((top["method"], rival["method"], gap, noise, verdict))
-    return out
+    return [compare_rows(top, rival) for rival in rivals]
+
+
+def compare_rows(ours: dict[str, Any], rival: dict[str, Any]
+                 ) -> tuple[str, str, float, float, str]:
+    """``(ours, rival, gap in points, seed noise in points, verdict)`` of two rows of one
+    study point; ``within seed noise`` when |gap| ≤ the larger std."""
+    gap = 100 * (ours["overall"] - rival["overall"])
+    noise = _noise(ours, rival)
+    verdict = "within seed noise" if abs(gap) <= noise else "ahead" if gap > 0 else "behind"
+    return ours["method"], rival["method"], gap, noise, verdict
+
+
+#: the method the README recommends, and the rivals its claim is about
+RECOMMENDED, RECOMMENDED_RIVALS = "regionfed-plus", ("fedavg", "local")
 
 
 def findings(record: dict[str, Any]) -> list[str]:
@@ -228,12 +236,19 @@ def findings(record: dict[str, Any]) -> list[str]:
             continue
         best = max(here.values(), key=lambda r: r["overall"])
         parts = [f"{variant}: best is {best['method']} ({pct(best['overall'])})"]
-        for ours, rival, gap, noise, verdict in margins(here):
+        stated = margins(here)
+        for ours, rival, gap, noise, verdict in stated:
             label = (f"vs the best personalized baseline {rival}" if rival in PERSONALIZED
                      else f"{ours} vs {rival}")
             band = (f", ±{noise:.1f}" if noise else
                     "; 1 seed, no noise band" if here[ours].get("seeds") == 1 else "")
             parts.append(f"{label}: {gap:+.1f} points ({verdict}{band})")
+        if RECOMMENDED in here:  # said even where another strategy is RegionFed's best
+            for rival in RECOMMENDED_RIVALS:
+                if rival in here and (RECOMMENDED, rival) not in {m[:2] for m in stated}:
+                    _, _, gap, noise, verdict = compare_rows(here[RECOMMENDED], here[rival])
+                    parts.append(f"{RECOMMENDED} (recommended) vs {rival}: {gap:+.1f} points "
+                                 f"({verdict}" + (f", ±{noise:.1f})" if noise else ")"))
         sentences.append("; ".join(parts) + ".")
     return sentences
 
