@@ -237,18 +237,18 @@ def findings(record: dict[str, Any]) -> list[str]:
         best = max(here.values(), key=lambda r: r["overall"])
         parts = [f"{variant}: best is {best['method']} ({pct(best['overall'])})"]
         stated = margins(here)
-        for ours, rival, gap, noise, verdict in stated:
-            label = (f"vs the best personalized baseline {rival}" if rival in PERSONALIZED
-                     else f"{ours} vs {rival}")
+        claims = [(f"vs the best personalized baseline {m[1]}" if m[1] in PERSONALIZED
+                   else f"{m[0]} vs {m[1]}", m) for m in stated]
+        if RECOMMENDED in here:  # said even where another strategy is RegionFed's best
+            said = {m[:2] for m in stated}
+            claims += [(f"{RECOMMENDED} (recommended) vs {rival}",
+                        compare_rows(here[RECOMMENDED], here[rival]))
+                       for rival in RECOMMENDED_RIVALS
+                       if rival in here and (RECOMMENDED, rival) not in said]
+        for label, (ours, _, gap, noise, verdict) in claims:
             band = (f", ±{noise:.1f}" if noise else
                     "; 1 seed, no noise band" if here[ours].get("seeds") == 1 else "")
             parts.append(f"{label}: {gap:+.1f} points ({verdict}{band})")
-        if RECOMMENDED in here:  # said even where another strategy is RegionFed's best
-            for rival in RECOMMENDED_RIVALS:
-                if rival in here and (RECOMMENDED, rival) not in {m[:2] for m in stated}:
-                    _, _, gap, noise, verdict = compare_rows(here[RECOMMENDED], here[rival])
-                    parts.append(f"{RECOMMENDED} (recommended) vs {rival}: {gap:+.1f} points "
-                                 f"({verdict}" + (f", ±{noise:.1f})" if noise else ")"))
         sentences.append("; ".join(parts) + ".")
     return sentences
 
