@@ -73,6 +73,7 @@ from regionfed.data.partition import (
     duplicate_groups,
     leak_free_holdouts,
     region_client_splits,
+    repeated_texts,
 )
 from regionfed.data.queries import INTENTS, MAX_TOKENS, QueryDataset
 from regionfed.errors import DataError, config_error_from_validation
@@ -478,7 +479,7 @@ def load_esci(config: EsciConfig | Mapping[str, Any] | None = None,
                    "rows": rows, "queries": len(keys), "skipped_empty_queries": len(empty),
                    "unmapped_queries": len(queries) - len(region_of),
                    "query_ids_from_text": sum(key.startswith("text:") for key in keys),
-                   "duplicate_texts": len(keys) - len(np.unique(groups))},
+                   "duplicate_texts": repeated_texts(groups)},
         "labels": "weak (rules of regionfed.data.esci)",
         "config": cfg.model_dump(),
         "intents": list(INTENTS),

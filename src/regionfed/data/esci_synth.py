@@ -53,6 +53,7 @@ from regionfed.data.partition import (
     duplicate_groups,
     holdout_counts,
     leak_free_holdouts,
+    repeated_texts,
 )
 from regionfed.data.queries import INTENTS, QueryDataset
 from regionfed.errors import config_error_from_validation
@@ -543,8 +544,10 @@ def generate_esci_synth(
         tokens = corrupt_query(q["source"], rng_noise, cfg, counts)
         datasets.append(QueryDataset(tokens=tokens, region=[prof.name] * len(tokens), **q))
 
-    clients, client_profiles = _make_clients(datasets, assigned, client_profile, names,
-                                             rng_split, cfg)
+    # one group per clean query text, across every client (leak-free splits, the count)
+    groups = duplicate_groups([" ".join(t) for d in datasets for t in d.source])
+    clients, client_profiles = _make_clients(datasets, groups, assigned, client_profile,
+                                             names, rng_split, cfg)
     meta = {
         "config": cfg.model_dump(),
         "intents": list(INTENTS),
@@ -563,18 +566,19 @@ def generate_esci_synth(
         "corruption_counts": counts,
         "split_sizes": {s: sum(len(c.split(s)) for c in clients) for s in ("train", "val", "test")},
         "source": {"generator": "esci-synth", "split": cfg.split,
-                   "duplicate_texts": _duplicate_texts(datasets)},
+                   "duplicate_texts": repeated_texts(groups)},
     }
     return Federation(name="esci-synth", regions=names, clients=clients, meta=meta)
 
 
 def _make_clients(
-    datasets: list[QueryDataset], assigned: np.ndarray, client_profile: np.ndarray,
-    names: list[str], rng: np.random.Generator, cfg: EsciSynthConfig,
+    datasets: list[QueryDataset], groups: np.ndarray, assigned: np.ndarray,
+    client_profile: np.ndarray, names: list[str], rng: np.random.Generator,
+    cfg: EsciSynthConfig,
 ) -> tuple[list[ClientData], dict[str, str]]:
     """Group the per-client datasets by assigned region, split them (``cfg.split``), name
     the clients ``<region>/c<k>``; also return each client's profile region."""
-    splits = (_leak_free_splits(datasets, rng, cfg) if cfg.split == "leak_free"
+    splits = (_leak_free_splits(datasets, groups, rng, cfg) if cfg.split == "leak_free"
               else [_split(d, rng, cfg) for d in datasets])
     clients, profiles = [], {}
     for r, region in enumerate(names):
@@ -585,19 +589,14 @@ def _make_clients(
     return clients, profiles
 
 
-def _duplicate_texts(datasets: list[QueryDataset]) -> int:
-    """How many queries repeat an earlier query's clean text."""
-    texts = [" ".join(t) for d in datasets for t in d.source]
-    return len(texts) - len(np.unique(duplicate_groups(texts)))
-
-
 def _leak_free_splits(
-    datasets: list[QueryDataset], rng: np.random.Generator, cfg: EsciSynthConfig
+    datasets: list[QueryDataset], groups: np.ndarray, rng: np.random.Generator,
+    cfg: EsciSynthConfig,
 ) -> list[tuple[QueryDataset, QueryDataset, QueryDataset]]:
-    """Per client (train, val, test): every text in one split across all clients, each
-    client's hold-outs at most :func:`_split`'s sizes and at least one test query."""
+    """Per client (train, val, test): every text group (``groups``, over the clients'
+    queries in order) in one split across all clients, each client's hold-outs at most
+    :func:`_split`'s sizes and at least one test query."""
     owner = np.repeat(np.arange(len(datasets)), [len(d) for d in datasets])
-    groups = duplicate_groups([" ".join(t) for d in datasets for t in d.source])
     split = leak_free_holdouts(rng, groups, owner, 1, cfg.val_fraction, cfg.test_fraction)
     out = []
     for u, data in enumerate(datasets):

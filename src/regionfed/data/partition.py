@@ -188,6 +188,11 @@ def duplicate_groups(texts: Sequence[str]) -> np.ndarray:
                     dtype=np.int64)
 
 
+def repeated_texts(groups: np.ndarray) -> int:
+    """How many texts repeat an earlier one, from their :func:`duplicate_groups` ids."""
+    return len(groups) - len(np.unique(groups))
+
+
 def leak_free_holdouts(rng: np.random.Generator, groups: Sequence[int] | np.ndarray,
                        regions: Sequence[str], num_clients: int, val_fraction: float,
                        test_fraction: float) -> np.ndarray:

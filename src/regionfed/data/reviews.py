@@ -57,6 +57,7 @@ from regionfed.data.partition import (
     duplicate_groups,
     leak_free_holdouts,
     region_client_splits,
+    repeated_texts,
     split_counts,
 )
 from regionfed.data.text import TextDataset
@@ -285,7 +286,7 @@ def load_reviews(config: ReviewsConfig | Mapping[str, Any] | None = None,
     rng = np.random.default_rng(cfg.seed)
     # a text (as the model reads it) in training never reappears in validation or test
     groups = duplicate_groups([" ".join(t) for t in data.tokens])
-    counts["duplicate_texts"] = len(data) - len(np.unique(groups))
+    counts["duplicate_texts"] = repeated_texts(groups)
     if cfg.client_key == "random":
         clients = _random_clients(cfg, data, groups, rng)
     else:
