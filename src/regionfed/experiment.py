@@ -262,7 +262,7 @@ def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
     (:func:`removed_if_start_fails`)."""
     check_privacy_budget(config)  # a budget no method can meet must not leave a run folder
     if threads is None:
-        threads, why = use_free_cores()
+        _, why = use_free_cores()
         if progress:
             print(f"threads: {why}", file=sys.stderr)
     else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 #: where Linux keeps the per-core time counters
@@ -63,13 +63,18 @@ def busy_cores(cores: list[int], interval: float = 0.1,
     return busy
 
 
+def user_threads(environ: Mapping[str, str] | None = None) -> int | None:
+    """The thread count the user set with ``OMP_NUM_THREADS`` (a positive integer), else
+    None."""
+    value = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def choose_threads(cores: list[int] | None = None, busy: float | None = None,
-                   environ: dict[str, str] | None = None) -> tuple[int, str]:
+                   environ: Mapping[str, str] | None = None) -> tuple[int, str]:
     """(torch threads, why): ``OMP_NUM_THREADS`` if set, else the usable cores minus the
     busy ones, rounded, at least 1 (all usable cores when busyness cannot be measured)."""
-    environ = os.environ if environ is None else environ
-    if environ.get("OMP_NUM_THREADS", "").isdigit() and int(environ["OMP_NUM_THREADS"]) > 0:
-        n = int(environ["OMP_NUM_THREADS"])
+    if (n := user_threads(environ)) is not None:
         return n, f"{n} (OMP_NUM_THREADS)"
     cores = usable_cores() if cores is None else cores
     if busy is None:
@@ -83,7 +88,7 @@ def use_free_cores() -> tuple[int, str]:
     import torch
 
     cores = usable_cores()
-    busy = None if "OMP_NUM_THREADS" in os.environ else busy_cores(cores)
+    busy = None if user_threads() is not None else busy_cores(cores)  # no need to measure
     threads, why = choose_threads(cores, busy)
     torch.set_num_threads(threads)
     return threads, why
