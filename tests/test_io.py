@@ -23,3 +23,29 @@ def test_jsonl_and_checkpoint(tmp_path):
     assert [json.loads(x)["round"] for x in lines] == [1, 2]
     save_checkpoint(tmp_path / "c.safetensors", {"w": torch.arange(3.0)})
     assert torch.equal(load_file(str(tmp_path / "c.safetensors"))["w"], torch.arange(3.0))
+
+
+def _append_many(path, tag, count, size):
+    from regionfed.io import append_jsonl
+
+    for i in range(count):
+        append_jsonl(path, {"tag": tag, "i": i, "pad": "x" * size})
+
+
+def test_processes_appending_to_one_log_interleave_whole_lines(tmp_path):
+    import json
+    import multiprocessing
+
+    path = tmp_path / "metrics.jsonl"
+    context = multiprocessing.get_context("spawn")
+    # lines far longer than any write buffer: a buffered writer would split them
+    workers = [context.Process(target=_append_many, args=(str(path), t, 40, 200_000))
+               for t in ("a", "b")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+        assert w.exitcode == 0
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted((e["tag"], e["i"]) for e in lines) == \
+        sorted((t, i) for t in ("a", "b") for i in range(40))

@@ -64,6 +64,7 @@ EXAMPLES = """examples:
   regionfed run --methods regionfed-grad --dp-sigma 4 --set dp.noise_seed=1   # test noise:
       # reproducible, and labelled "deterministic noise — not private" wherever ε appears
   regionfed run --resume runs/default             # finish an interrupted run
+  regionfed run --jobs 1                          # one process (default: one per free core)
   regionfed run --dataset femnist --model cnn --methods fedavg,regionfed-grad --rounds 5 \\
       --local-epochs 2 --set data.num_regions=4   # real LEAF FEMNIST (../shared/data)
   regionfed run --model t5-tiny --methods fedavg,regionfed-grad --rounds 2 \\
@@ -155,6 +156,14 @@ def _add_run_arguments(p: argparse.ArgumentParser, default_methods: str | None) 
                    help="finish by writing report.md and its plots (as regionfed report)")
 
 
+def _add_jobs_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="methods × seeds trained at once, each in its own process with "
+                   "cores/N torch threads (default: one per free core, at most one per "
+                   "run; 1 under OMP_NUM_THREADS, on a GPU or a Flower runtime; 1 = all in "
+                   "this process). Results equal one process's up to float summation order")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="regionfed", description=__doc__.split("\n")[0],
                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
@@ -167,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(config.yaml, metrics.jsonl, results.json, checkpoints) and print the table.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
     _add_run_arguments(run, None)
+    _add_jobs_argument(run)
     compare = sub.add_parser(
         "compare", help="compare methods (default: all) in the Table-1 layout",
         description="Run every method (or --methods) like 'run', optionally with fair "
@@ -177,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  regionfed compare --methods all --seeds 3 --tune --privacy both --dp-sigma 1 "
         "--dp-clip 1 --markdown docs/comparison.md\n")
     _add_run_arguments(compare, "all")
+    _add_jobs_argument(compare)
     audit = sub.add_parser(
         "audit", help="measure the privacy a run delivers, with canary clients",
         description="Train the methods once (in-process, or --runtime flower-sim) with M "
@@ -394,7 +405,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         config = config_from_args(args)
         out = unique_run_dir(Path(args.out) if args.out else Path("runs") / config.name)
-    results = run_experiment(config, out, progress=not args.quiet, resume=bool(args.resume))
+    results = run_experiment(config, out, progress=not args.quiet, resume=bool(args.resume),
+                             jobs=args.jobs)
     print(results_table(results))
     if line := data_line(results):
         print(line)
@@ -458,7 +470,7 @@ def _compare(args: argparse.Namespace, config: RunConfig, out: Path, command: st
         if len(settings) > 1:
             print(f"== {title} → {folder}", flush=True)
         done.append((title, run_experiment(setting, folder, progress=not args.quiet,
-                                           resume=bool(args.resume))))
+                                           resume=bool(args.resume), jobs=args.jobs)))
     markdown = comparison_markdown(
         done, command=command, seconds=time.perf_counter() - start,
         hardware=f"{platform.machine()} CPU × {os.cpu_count()}, Python "

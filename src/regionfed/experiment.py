@@ -47,6 +47,7 @@ from regionfed.runtime.pooled import run_pooled
 from regionfed.runtime.round_checkpoint import RoundCheckpoints, run_identity
 from regionfed.runtime.simulator import FederatedRun, Simulator
 from regionfed.runtime.threads import use_free_cores
+from regionfed.runtime.workers import auto_workers, run_in_workers, worker_threads
 from regionfed.tuning import candidates, choose, final_validation_overall
 
 SUMMARY_KEYS = ("overall", "intent", "spell", "ner_f1", "ner_entity_f1", "rrs",
@@ -253,26 +254,61 @@ def _partial_path(out: Path, method: str, seed: int) -> Path:
 
 
 def run_experiment(config: RunConfig, out: Path, *, progress: bool = True,
-                   resume: bool = False, threads: int | None = None) -> dict[str, Any]:
+                   resume: bool = False, threads: int | None = None,
+                   jobs: int | None = 1) -> dict[str, Any]:
     """Run every method × seed, writing outputs under ``out``; returns ``results.json``.
 
-    Trains with ``threads`` torch threads, or (None) as many as the cores other work leaves
-    free (:func:`regionfed.runtime.threads.use_free_cores`; said on stderr with progress).
+    ``jobs`` > 1 trains that many methods × seeds at once in worker processes
+    (:func:`_train_in_workers`), each with its share of the cores; ``None`` picks one worker
+    per free core (:func:`~regionfed.runtime.workers.auto_workers`; 1 under
+    ``OMP_NUM_THREADS``, on an accelerator or a Flower runtime). In one process it trains with
+    ``threads`` torch threads, or (None) as many as the cores other work leaves free
+    (:func:`regionfed.runtime.threads.use_free_cores`). What was picked is said on stderr
+    with progress. Results do not depend on ``jobs`` beyond float summation order (threads).
     A run that fails before finishing anything resumable leaves no folder
     (:func:`removed_if_start_fails`)."""
     check_privacy_budget(config)  # a budget no method can meet must not leave a run folder
-    if threads is None:
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {jobs}")
+    trainable = _trainable_jobs(config)
+    if not _parallel_capable(config):
+        jobs = 1
+    workers = min(auto_workers(len(trainable)) if jobs is None else jobs,
+                  len(trainable)) or 1
+    if workers > 1:
+        if progress:
+            print(f"workers: {workers} processes × {worker_threads(workers)} thread(s) "
+                  f"for {len(trainable)} method × seed runs", file=sys.stderr)
+    elif threads is None:
         _, why = use_free_cores()
         if progress:
             print(f"threads: {why}", file=sys.stderr)
     else:
         torch.set_num_threads(threads)
     with removed_if_start_fails(out):
-        return _run_experiment(config, out, progress, resume)
+        return _run_experiment(config, out, progress, resume, workers)
+
+
+def _trainable_jobs(config: RunConfig) -> list[tuple[str, int]]:
+    """The methods × seeds that train (every method but the reference ones)."""
+    return [(m, s) for m in config.methods if get_method(m).kind != "reference"
+            for s in range(config.seeds)]
+
+
+def _parallel_capable(config: RunConfig) -> bool:
+    """Whether methods may train in worker processes: in-process runtime on the CPU (an
+    accelerator is one device to share; a Flower runtime runs its own processes and ports)."""
+    return config.runtime == "inprocess" and config.training.device in ("cpu", "auto") and (
+        config.training.device == "cpu" or not _accelerator_present())
+
+
+def _accelerator_present() -> bool:
+    return torch.cuda.is_available() or (hasattr(torch.backends, "mps")
+                                         and torch.backends.mps.is_available())
 
 
 def _run_experiment(config: RunConfig, out: Path, progress: bool,
-                    resume: bool) -> dict[str, Any]:
+                    resume: bool, workers: int = 1) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "config.yaml"
     if resume:
@@ -287,6 +323,10 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
         if finished is not None:  # e.g. a published run folder (results.json, no partial/)
             return finished
     write_atomic(config_path, config.to_yaml())
+    not_applicable: dict[str, str] = {}  # method → why it can't run here
+    if workers > 1:
+        not_applicable = _train_in_workers(config, out, workers, progress, resume)
+        resume = True  # what follows reads the workers' finished results
     federation = build_federation(config.dataset, config.data)
     task = build_task(config.model, federation)
     evaluator = FederationEvaluator(task, federation)
@@ -295,8 +335,7 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
     privacy: dict[str, dict[str, Any]] = {}
     tuned: dict[str, dict[str, Any]] = {}  # method → tuning record
     configs: dict[str, RunConfig] = {}  # method → the configuration its seeds run with
-    not_applicable: dict[str, str] = {}  # method → why it can't run here
-    bar = tqdm(jobs, desc="methods", disable=not progress, unit="run")
+    bar = tqdm(jobs, desc="methods", disable=not progress or workers > 1, unit="run")
     for method, seed in bar:
         bar.set_postfix_str(f"{method} seed {seed}")
         if method in not_applicable:
@@ -343,6 +382,100 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
     if state.is_dir() and not any(state.iterdir()):
         state.rmdir()
     return results
+
+
+# -- methods × seeds in worker processes ---------------------------------------------------
+
+def _train_in_workers(config: RunConfig, out: Path, workers: int, progress: bool,
+                      resume: bool) -> dict[str, str]:
+    """Train every unfinished method × seed in ``workers`` processes
+    (:func:`~regionfed.runtime.workers.run_in_workers`), leaving what the one-process loop
+    leaves: ``partial/`` results and tuning records, round logs, checkpoints. Tuning runs
+    first (one job per method), so that every seed of a method runs the chosen grid point.
+    Returns method → why it does not apply here.
+
+    Workers append round logs to ``metrics.jsonl`` side by side (one ``write`` per line:
+    lines interleave, never mix); a resumed run's stale lines are dropped here, first."""
+    threads = worker_threads(workers)
+    payload = config.model_dump(mode="json")
+    not_applicable: dict[str, str] = {}
+    methods = list(dict.fromkeys(m for m, _ in _trainable_jobs(config)))
+    if config.tuning.enabled:
+        to_tune = [m for m in methods
+                   if not (resume and _tuning_path(out, m).exists())]
+        bar = tqdm(total=len(to_tune), desc=f"tuning ({workers} workers)", unit="method",
+                   disable=not progress or not to_tune)
+        for method, why in zip(to_tune, run_in_workers(
+                _tune_job, [(payload, str(out), m, threads) for m in to_tune],
+                min(workers, len(to_tune)) if to_tune else 1,
+                on_done=lambda _: bar.update(1)), strict=True):
+            if why is not None:
+                not_applicable[method] = why
+        bar.close()
+    pending = [(m, s) for m, s in _trainable_jobs(config) if m not in not_applicable
+               and not (resume and _partial_path(out, m, s).exists())]
+    if resume:
+        for method, seed in pending:
+            _drop_stale_round_logs(out, method, seed, _saved_tuning(config, out, method)[0])
+    rounds = tqdm(total=len(pending) * config.training.rounds, unit="round",
+                  desc=f"{len(pending)} runs, {workers} workers",
+                  disable=not progress or not pending)
+    outcomes = run_in_workers(
+        _train_job, [(payload, str(out), m, s, threads) for m, s in pending],
+        min(workers, len(pending)) if pending else 1,
+        on_tick=lambda _: rounds.update(1)) if pending else []
+    rounds.close()
+    for (method, _), why in zip(pending, outcomes, strict=True):
+        if why is not None:
+            not_applicable[method] = why
+    return not_applicable
+
+
+#: worker-process cache: the federation, task and evaluator of the run it serves
+_WORKER_SETUP: dict[str, tuple[Federation, Task, FederationEvaluator]] = {}
+
+
+def _worker_setup(config: RunConfig, threads: int
+                  ) -> tuple[Federation, Task, FederationEvaluator]:
+    torch.set_num_threads(threads)
+    key = json.dumps([config.dataset, _as_json(config)["data"], _as_json(config)["model"]])
+    if key not in _WORKER_SETUP:
+        _WORKER_SETUP.clear()
+        federation = build_federation(config.dataset, config.data)
+        task = build_task(config.model, federation)
+        _WORKER_SETUP[key] = (federation, task, FederationEvaluator(task, federation))
+    return _WORKER_SETUP[key]
+
+
+def _tune_job(payload: dict[str, Any], out: str, method: str, threads: int) -> str | None:
+    """Worker: fair tuning of one method (its record in ``partial/``); why it does not apply
+    here, or None."""
+    config = build_config(payload)
+    try:
+        federation, task, evaluator = _worker_setup(config, threads)
+        _tuned_config(method, federation, task, config, evaluator, Path(out), resume=False)
+    except MethodNotApplicableError as exc:
+        return str(exc)
+    return None
+
+
+def _train_job(payload: dict[str, Any], out: str, method: str, seed: int, threads: int,
+               ticks: Any) -> str | None:
+    """Worker: one method × seed, recorded in ``partial/`` as the one-process loop records
+    it; a tick on ``ticks`` per round. Why it does not apply here, or None."""
+    config = build_config(payload)
+    federation, task, evaluator = _worker_setup(config, threads)
+    folder = Path(out)
+    try:
+        run_config, _ = _tuned_config(method, federation, task, config, evaluator, folder,
+                                      resume=True)
+        record = _run_and_record(method, seed, federation, task, run_config, evaluator,
+                                 folder, progress=False, tick=lambda: ticks.put(1))
+    except MethodNotApplicableError as exc:
+        return str(exc)
+    write_json(_partial_path(folder, method, seed), record)
+    _round_checkpoints(folder, method, seed, run_config).remove()  # superseded
+    return None
 
 
 #: what fair tuning under DP leaves uncovered: the grid point is picked by un-noised
@@ -399,13 +532,26 @@ def _tuned_config(method: str, federation: Federation, task: Task, config: RunCo
     point (searched once per method; a resumed run reuses its saved search)."""
     if not config.tuning.enabled or get_method(method).kind == "reference":
         return config, None
-    path = out / "partial" / f"tuning__{method}.json"
-    if resume and path.exists():
-        record = json.loads(path.read_text())
-        return with_overrides(config, record["chosen"]), record
+    if resume and (saved := _saved_tuning(config, out, method))[1] is not None:
+        return saved
     tuned_config, record = tune_method(method, federation, task, config, evaluator)
-    write_json(path, record)
+    write_json(_tuning_path(out, method), record)
     return tuned_config, record
+
+
+def _tuning_path(out: Path, method: str) -> Path:
+    return out / "partial" / f"tuning__{method}.json"
+
+
+def _saved_tuning(config: RunConfig, out: Path, method: str
+                  ) -> tuple[RunConfig, dict[str, Any] | None]:
+    """``config`` with ``method``'s saved tuning choice applied and the saved record (tuning
+    on and searched), else ``(config, None)``."""
+    path = _tuning_path(out, method)
+    if not config.tuning.enabled or not path.exists():
+        return config, None
+    record = json.loads(path.read_text())
+    return with_overrides(config, record["chosen"]), record
 
 
 def _round_checkpoints(out: Path, method: str, seed: int, config: RunConfig
@@ -413,6 +559,23 @@ def _round_checkpoints(out: Path, method: str, seed: int, config: RunConfig
     return RoundCheckpoints(out / "state" / f"{method}-seed{seed}.safetensors",
                             run_identity(method, seed, config.to_yaml()),
                             config.training.checkpoint_every)
+
+
+def _checkpoints_of(out: Path, method: str, seed: int, config: RunConfig
+                    ) -> RoundCheckpoints | None:
+    """The round checkpoints of an in-process federated method × seed (None: not kept)."""
+    if (get_method(method).kind == "federated" and config.runtime == "inprocess"
+            and config.training.checkpoint_every > 0):
+        return _round_checkpoints(out, method, seed, config)
+    return None
+
+
+def _drop_stale_round_logs(out: Path, method: str, seed: int, config: RunConfig) -> None:
+    """Before resuming ``method`` × ``seed`` (run with ``config``: tuned, if tuning is on):
+    keep its round logs up to its round checkpoint, drop the later ones."""
+    checkpoints = _checkpoints_of(out, method, seed, config)
+    saved = checkpoints.saved_round() if checkpoints is not None else None
+    _keep_metric_lines(out, method, seed, saved or 0)
 
 
 def _keep_metric_lines(out: Path, method: str, seed: int, through: int) -> None:
@@ -435,16 +598,14 @@ def _keep_metric_lines(out: Path, method: str, seed: int, through: int) -> None:
 
 def _run_and_record(method: str, seed: int, federation: Federation, task: Task,
                     config: RunConfig, evaluator: FederationEvaluator, out: Path,
-                    progress: bool, resume: bool = False) -> dict[str, Any]:
-    """One method × seed: train (continuing from its round checkpoint when resuming),
-    append its round logs, save its final checkpoint; the record."""
-    checkpoints = None
-    if (get_method(method).kind == "federated" and config.runtime == "inprocess"
-            and config.training.checkpoint_every > 0):
-        checkpoints = _round_checkpoints(out, method, seed, config)
+                    progress: bool, resume: bool = False,
+                    tick: Callable[[], None] | None = None) -> dict[str, Any]:
+    """One method × seed: train (continuing from its round checkpoint when resuming; its
+    stale round logs dropped first when ``resume``), append its round logs (``tick()`` after
+    each), save its final checkpoint; the record."""
+    checkpoints = _checkpoints_of(out, method, seed, config)
     if resume:
-        saved = checkpoints.saved_round() if checkpoints is not None else None
-        _keep_metric_lines(out, method, seed, saved or 0)
+        _drop_stale_round_logs(out, method, seed, config)
     rounds = tqdm(total=config.training.rounds, desc=f"  {method}", leave=False,
                   disable=not progress or get_method(method).kind == "reference",
                   unit="round")
@@ -452,6 +613,8 @@ def _run_and_record(method: str, seed: int, federation: Federation, task: Task,
     def on_round(log: dict[str, Any]) -> None:
         append_jsonl(out / "metrics.jsonl", {"method": method, "seed": seed, **log})
         rounds.update(1)
+        if tick is not None:
+            tick()
 
     try:
         outcome, run = run_method(method, federation, task, config, seed, evaluator,

@@ -43,9 +43,17 @@ def write_json(path: str | Path, data: Any) -> None:
 
 
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
-    """Append one JSON line (a line is written whole, so a crash can only lose the last one)."""
-    with open(path, "a") as handle:
-        handle.write(json.dumps(record, allow_nan=False) + "\n")
+    """Append one JSON line with one ``write`` on an ``O_APPEND`` descriptor: a crash can
+    only lose the last line, and processes appending to the same file (parallel methods)
+    interleave whole lines, never parts of them."""
+    data = (json.dumps(record, allow_nan=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        written = os.write(fd, data)
+        if written != len(data):  # a full disk; never leave half a line unannounced
+            raise OSError(f"{path}: wrote {written} of {len(data)} bytes of a log line")
+    finally:
+        os.close(fd)
 
 
 def save_checkpoint(path: str | Path, tensors: dict[str, torch.Tensor],

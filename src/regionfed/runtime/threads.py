@@ -83,12 +83,18 @@ def choose_threads(cores: list[int] | None = None, busy: float | None = None,
     return n, f"{n} of {len(cores)} usable cores ({busy:.1f} busy with other work)"
 
 
+def free_threads() -> tuple[int, str]:
+    """:func:`choose_threads` on a fresh measurement of the usable cores (none is taken when
+    ``OMP_NUM_THREADS`` decides)."""
+    cores = usable_cores()
+    busy = None if user_threads() is not None else busy_cores(cores)
+    return choose_threads(cores, busy)
+
+
 def use_free_cores() -> tuple[int, str]:
-    """Set torch's thread count by :func:`choose_threads` on a fresh measurement."""
+    """Set torch's thread count by :func:`free_threads`."""
     import torch
 
-    cores = usable_cores()
-    busy = None if user_threads() is not None else busy_cores(cores)  # no need to measure
-    threads, why = choose_threads(cores, busy)
+    threads, why = free_threads()
     torch.set_num_threads(threads)
     return threads, why

@@ -20,8 +20,6 @@ import os
 import platform
 import re
 import time
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from regionfed.config import RunConfig, apply_set_overrides, build_config, set_d
 from regionfed.errors import ConfigError
 from regionfed.io import write_atomic, write_json
 from regionfed.runtime.threads import usable_cores
+from regionfed.runtime.workers import run_in_workers, worker_threads
 from regionfed.studies.registry import Study, Variant
 
 #: the CSV columns, in order
@@ -137,26 +136,17 @@ def run_study(study: Study, out: Path, *, full: bool = False, seeds: int | None 
 
 def _run_in_workers(study: Study, configs: list[tuple[Variant, RunConfig]], out: Path,
                     jobs: int, progress: bool) -> list[dict[str, Any]]:
-    """Every variant in a pool of ``jobs`` spawned processes (a fresh interpreter each: torch
-    and forked threads do not mix); results in variant order. The first failure cancels the
-    variants not yet started and is raised once the running ones stop."""
-    threads = max(1, len(usable_cores()) // jobs)
+    """Every variant in a pool of ``jobs`` worker processes
+    (:func:`~regionfed.runtime.workers.run_in_workers`); results in variant order."""
+    threads = worker_threads(jobs)
     bar = tqdm(total=len(configs), desc=f"{study.name} ({jobs} workers)", unit="variant",
                disable=not progress)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_run_variant, config, out / slug(variant.label), False, threads)
-                   for variant, config in configs]
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-            bar.update(len(done))
-            failed = next((f for f in done if f.exception() is not None), None)
-            if failed is not None:
-                for future in pending:
-                    future.cancel()
-                raise failed.exception()
+    results = run_in_workers(
+        _run_variant, [(config, out / slug(variant.label), False, threads)
+                       for variant, config in configs],
+        jobs, on_done=lambda _: bar.update(1))
     bar.close()
-    return [future.result() for future in futures]
+    return results
 
 
 def rows_csv(rows: list[dict[str, Any]]) -> str:

@@ -1,0 +1,66 @@
+"""``regionfed run --jobs N``: methods × seeds trained in worker processes leave what one
+process leaves (same results up to float summation order, same round logs, checkpoints and
+``partial/`` records, the same methods found not applicable), and resume like it."""
+
+import json
+
+import torch
+from safetensors.torch import load_file
+
+from regionfed.cli import main
+
+ARGS = ["run", "--methods", "majority,fedavg,regionfed-grad,fedtp", "--rounds", "2",
+        "--eval-every", "1", "--num-queries", "480", "--regions", "2",
+        "--clients-per-region", "2", "--optimizer", "sgd", "--lr", "0.5",
+        "--sample-rate", "0.8", "--dp-sigma", "0.3", "--dp-clip", "1.0",
+        "--set", "data.vocab_size=1000", "--set", "model.dim=32", "--set", "model.heads=2",
+        "--set", "model.ngram_buckets=512", "--set", "dp.noise_seed=3", "--quiet"]
+
+
+def results(folder):
+    return json.loads((folder / "results.json").read_text())
+
+
+def metric_rounds(folder):
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    return sorted((e["method"], e["seed"], e["round"]) for e in map(json.loads, lines))
+
+
+def checkpoint(folder, method):
+    return load_file(str(folder / "checkpoints" / f"{method}-seed0.safetensors"))
+
+
+def test_workers_leave_what_one_process_leaves_and_resume_like_it(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main([*ARGS, "--jobs", "1", "--out", str(one)]) == 0
+    assert main([*ARGS, "--jobs", "2", "--out", str(two)]) == 0
+    a, b = results(one), results(two)
+    # fedtp has no DP guarantee: found not applicable in a worker as in one process
+    assert set(a["not_applicable"]) == set(b["not_applicable"]) == {"fedtp"}
+    assert list(a["methods"]) == list(b["methods"]) == ["majority", "fedavg",
+                                                       "regionfed-grad"]
+    for method in ("fedavg", "regionfed-grad"):
+        for key in ("overall", "epsilon"):
+            assert abs(a["methods"][method][key] - b["methods"][method][key]) < 0.02, key
+        for name, value in checkpoint(one, method).items():
+            assert torch.allclose(value, checkpoint(two, method)[name], atol=1e-4), name
+    assert a["methods"]["majority"]["overall"] == b["methods"]["majority"]["overall"]
+    assert metric_rounds(one) == metric_rounds(two)  # every round logged once
+    assert sorted(p.name for p in (one / "partial").iterdir()) == \
+        sorted(p.name for p in (two / "partial").iterdir())
+
+    # an interrupted parallel run: one method's result missing, its round logs left behind
+    (two / "partial" / "fedavg__seed0.json").unlink()
+    (two / "results.json").unlink()
+    assert main(["run", "--resume", str(two), "--jobs", "2", "--quiet"]) == 0
+    assert metric_rounds(two) == metric_rounds(one)  # the stale lines were dropped
+    resumed = results(two)
+    assert abs(resumed["methods"]["fedavg"]["overall"] - a["methods"]["fedavg"]["overall"]) \
+        < 0.02
+
+
+def test_jobs_below_one_is_refused(tmp_path, capsys):
+    assert main([*ARGS, "--jobs", "0", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "--jobs must be at least 1" in err and err.count("error:") == 1
+    assert not (tmp_path / "x").exists()
