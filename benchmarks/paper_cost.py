@@ -24,8 +24,11 @@ from pathlib import Path
 import torch
 
 from regionfed.config import RunConfig, build_config, load_config
+from regionfed.data.federation import Federation
 from regionfed.data.registry import build_federation
 from regionfed.models.registry import build_task
+from regionfed.models.tasks import to_device
+from regionfed.runtime.device import resolve_device
 from regionfed.runtime.local_training import make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,14 +41,16 @@ def expected_steps(config: RunConfig, client_sizes: list[int]) -> float:
     return t.rounds * t.sample_rate * per_round
 
 
-def seconds_per_step(config: RunConfig, steps: int) -> tuple[float, int]:
-    """Mean wall seconds of one optimizer step at the config's batch size (CPU, here), and
-    the model's parameter count."""
-    federation = build_federation(config.dataset, config.data)
+def seconds_per_step(config: RunConfig, steps: int, device: str = "cpu",
+                     federation: Federation | None = None) -> tuple[float, int]:
+    """Mean wall seconds of one optimizer step at the config's batch size on ``device``
+    (here), and the model's parameter count."""
+    federation = federation or build_federation(config.dataset, config.data)
     task = build_task(config.model, federation)
-    model = task.build_model(0)
+    where = resolve_device(device)
+    model = task.build_model(0).to(where)
     pooled = task.prepare(federation.clients[0].train, training=True)
-    batch = next(task.batches(pooled, config.training.batch_size, None))
+    batch = to_device(next(task.batches(pooled, config.training.batch_size, None)), where)
     optimizer = make_optimizer(model.parameters(), config.training.optimizer)
     model.train()
     timings = []
@@ -54,8 +59,17 @@ def seconds_per_step(config: RunConfig, steps: int) -> tuple[float, int]:
         optimizer.zero_grad(set_to_none=True)
         task.loss(model, batch).backward()
         optimizer.step()
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)  # kernels run asynchronously
         timings.append(time.perf_counter() - start)
     return sum(timings[1:]) / steps, sum(p.numel() for p in model.parameters())
+
+
+def runs_in_table(config: RunConfig) -> int:
+    """Method × seed runs of ``compare --privacy both`` on ``config``: methods × seeds × 2
+    privacy settings, plus one tuning run per method and lr candidate."""
+    candidates = len(config.tuning.lr) if config.tuning.enabled else 1
+    return len(config.methods) * config.seeds * 2 + len(config.methods) * candidates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [len(c.train) for c in federation.clients]
         steps = expected_steps(config, sizes)
         per_step, params = seconds_per_step(config, args.steps)
-        candidates = len(config.tuning.lr) if config.tuning.enabled else 1
-        runs = len(config.methods) * config.seeds * 2 + len(config.methods) * candidates
+        runs = runs_in_table(config)
         print(f"{path.stem:<18} {params / 1e6:>7.1f}M {len(sizes):>7} {steps:>10,.0f} "
               f"{per_step:>7.3f} {steps * per_step / 3600:>12.1f} {runs:>13}")
     print("\nh/run: one FedAvg method × seed on this machine's CPU (RegionFed interp/meta do "
