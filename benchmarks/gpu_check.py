@@ -7,9 +7,11 @@ Steps (``--step``; the shell wrapper runs each in its own process under its own
 ``timeout``, so one slow step cannot eat the others' time):
 
 * ``tiny``: the main job's workload (esci-synth, 8 regions × 10 clients, the ``tiny`` model,
-  E = 1, batch 32, AdamW), fedavg, 4 rounds on the device: seconds per round (median of the
-  rounds between the first and the last), its breakdown and how clients were trained
-  (``client_batching``). Compare with the 2-core CPU's batched round (docs/performance.md).
+  E = 1, batch 32, AdamW), fedavg, 4 rounds on the device, once with the default client
+  batching (``auto``: clients one by one on an accelerator) and once with
+  ``client_batching: on`` (vmap over clients on the device): seconds per round (median of the
+  rounds between the first and the last), its breakdown and how clients were trained.
+  Compare with the 2-core CPU's batched round (docs/performance.md).
 * ``t5-small`` and ``cnn-femnist``: the paper-protocol configs (``configs/paper``): seconds
   of one optimizer step on the device × the expected steps of a round (q · Σ_u ⌈n_u/B⌉ · E)
   → seconds per round, hours of one FedAvg method × seed (T rounds) and of the whole
@@ -51,18 +53,21 @@ QUICK_DATA = {"esci-synth": {"num_queries": 400, "num_regions": 2, "clients_per_
 
 
 def tiny_step(device: str, quick: bool) -> dict[str, Any]:
-    """fedavg rounds of the main job's workload on ``device``."""
+    """fedavg rounds of the main job's workload on ``device``, with the default client
+    batching (``auto``: one by one on an accelerator) and with ``on`` (vmap on any device)."""
     regions, clients, queries = (2, 2, 400) if quick else (8, 10, 20_000)
     federation, task = round_time.workload(regions, clients, queries)
-    training = round_time.training_config(4, "auto", 80).model_copy(update={"device": device})
-    start = time.perf_counter()
-    seconds, breakdown = round_time.round_times("fedavg", federation, task, training)
-    wall = time.perf_counter() - start
-    mode = Simulator(federation, task, training, seed=0).batching_mode(
-        build_strategy("fedavg", RunConfig(methods=["fedavg"])))
-    return {"clients": len(federation.clients), "seconds_per_round": statistics.median(seconds),
-            "timed_rounds": len(seconds), "breakdown": breakdown, "client_batching": mode,
-            "wall_seconds": wall}
+    fedavg = build_strategy("fedavg", RunConfig(methods=["fedavg"]))
+    out: dict[str, Any] = {"clients": len(federation.clients)}
+    for batching in ("auto", "on"):
+        training = round_time.training_config(4, batching, 80).model_copy(
+            update={"device": device})
+        seconds, breakdown = round_time.round_times("fedavg", federation, task, training)
+        out[batching] = {
+            "seconds_per_round": statistics.median(seconds), "timed_rounds": len(seconds),
+            "breakdown": breakdown,
+            "client_batching": Simulator(federation, task, training, 0).batching_mode(fedavg)}
+    return out
 
 
 def paper_step(name: str, device: str, quick: bool, steps: int) -> dict[str, Any]:

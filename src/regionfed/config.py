@@ -52,8 +52,10 @@ class TrainingConfig(BaseModel):
     #: stop before the privacy budget is exceeded (rounds are cut to fit, docs/privacy.md)
     target_epsilon: float | None = Field(None, gt=0)
     #: train a round's clients as one batched (vmap) computation where the task and the
-    #: strategy allow it (``auto``), or one by one (``off``); results agree to float tolerance
-    client_batching: Literal["auto", "off"] = "auto"
+    #: strategy allow it, on the CPU (``auto``) or on any device (``on``: on an accelerator
+    #: too, until measurements make it the default there), or one by one (``off``); results
+    #: agree to float tolerance
+    client_batching: Literal["auto", "on", "off"] = "auto"
     #: clients per batched computation (bounds memory: each holds its own parameters and
     #: optimizer state)
     max_batched_clients: int = Field(64, ge=1)

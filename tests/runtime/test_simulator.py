@@ -131,6 +131,24 @@ def test_batched_clients_give_the_sequential_result(tiny_federation, tiny_task, 
     assert runs["auto"].test["overall"] == pytest.approx(runs["off"].test["overall"], abs=0.01)
 
 
+def test_batching_on_an_accelerator_is_opt_in(tiny_federation, tiny_task):
+    """``auto`` batches on the CPU only; ``on`` batches wherever the model is (the batched
+    trainer computes on the model's device); ``off`` never."""
+    from regionfed.algorithms.fedavg import FedAvg
+
+    modes = {}
+    for mode in ("auto", "on", "off"):
+        sim = Simulator(tiny_federation, tiny_task,
+                        FAST.model_copy(update={"client_batching": mode}), seed=0)
+        modes[mode, "cpu"] = sim.batching_mode(FedAvg())
+        sim.device = torch.device("cuda")  # what an accelerator run decides (no GPU here)
+        modes[mode, "cuda"] = sim.batching_mode(FedAvg())
+    assert modes["auto", "cpu"] == modes["on", "cpu"] == modes["on", "cuda"] == "batched"
+    assert modes["auto", "cuda"].startswith("sequential (batching on cuda is opt-in")
+    assert "client_batching=on" in modes["auto", "cuda"]
+    assert modes["off", "cpu"] == modes["off", "cuda"] == "sequential (client_batching off)"
+
+
 def test_a_custom_client_step_runs_sequentially(tiny_federation, tiny_task):
     history = Simulator(tiny_federation, tiny_task, FAST, seed=0).run(LocalOnly()).history
     assert history[0]["client_batching"] == "sequential (local has its own client step)"

@@ -37,8 +37,8 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from regionfed.errors import NumericalError
-from regionfed.models.tasks import Batch, Task
-from regionfed.runtime.local_training import OptimizerConfig
+from regionfed.models.tasks import Batch, Task, device_of, to_device
+from regionfed.runtime.local_training import OptimizerConfig, deterministic
 
 ADAMW_BETAS = (0.9, 0.999)
 ADAMW_EPS = 1e-8
@@ -162,8 +162,9 @@ class BatchedOptimizerState:
 def init_batched_optimizer(config: OptimizerConfig, params: dict[str, torch.Tensor]
                            ) -> BatchedOptimizerState:
     """Fresh state (as a new ``torch.optim`` optimizer has) for the stacked ``params``."""
-    k = next(iter(params.values())).shape[0]
-    state = BatchedOptimizerState(step=torch.zeros(k, dtype=torch.long))
+    first = next(iter(params.values()))
+    k = first.shape[0]
+    state = BatchedOptimizerState(step=torch.zeros(k, dtype=torch.long, device=first.device))
     if config.name == "sgd":
         if config.momentum != 0:
             state.buffers["momentum"] = {n: torch.zeros_like(p) for n, p in params.items()}
@@ -273,6 +274,15 @@ def _as_matrix(starts: torch.Tensor | Sequence[torch.Tensor], k: int, total: int
     return matrix.detach().to(torch.float32)
 
 
+def _stacked_on(device: torch.device, batches: Sequence[Batch | None],
+                fill: dict[str, float | int | bool]) -> tuple[Batch, torch.Tensor]:
+    """:func:`stack_batches` (built on the CPU), moved to ``device``."""
+    batch, active = stack_batches(batches, fill)
+    if device.type == "cpu":
+        return batch, active
+    return to_device(batch, device), active.to(device)
+
+
 def _live_rows(batches: Sequence[Batch | None]) -> slice:
     """The rows to compute: from the first client that still has a batch on, when every
     client after it has one too (clients sorted by step count finish shortest first, so
@@ -343,8 +353,9 @@ def train_local_batched(task: Task, model: nn.Module,
     if max_clients < 1:
         raise ValueError("max_clients must be at least 1")
     layout = ParamLayout.of(model)
-    matrix = _as_matrix(starts, k, layout.total)
-    torch.use_deterministic_algorithms(True)
+    device = device_of(model)  # the computation runs where the model is
+    matrix = _as_matrix(starts, k, layout.total).to(device)
+    deterministic(device)
     model.train()
     step_fn = _per_client_grad(task, model, scaled=False)
 
@@ -367,14 +378,14 @@ def train_local_batched(task: Task, model: nn.Module,
             streams = [iter(list(s)) for s in streams]
         flat = matrix[chunk]  # a copy (list index)
         state = init_batched_optimizer(optimizer, {"flat": flat})
-        totals = torch.zeros(len(chunk), dtype=torch.float64)
+        totals = torch.zeros(len(chunk), dtype=torch.float64, device=device)
         while True:
             batches = [next(s, None) for s in streams]
             if all(b is None for b in batches):
                 break
             # finished clients (a prefix, by step count) are not computed at all
             live = _live_rows(batches)
-            batch, active = stack_batches(batches[live], fill)
+            batch, active = _stacked_on(device, batches[live], fill)
             grads, losses = step_fn(unflatten_stacked(layout, flat[live]), batch)
             losses = losses.detach()
             bad = active & ~torch.isfinite(losses)
@@ -388,7 +399,7 @@ def train_local_batched(task: Task, model: nn.Module,
             totals[live] += torch.where(active, losses.to(torch.float64), 0.0)
         counts = state.step.clamp(min=1).to(torch.float64)
         for row, i in enumerate(chunk):
-            results[i] = (flat[row].clone(), float(totals[row] / counts[row]))
+            results[i] = (flat[row].cpu().clone(), float(totals[row] / counts[row]))
     return [r for r in results if r is not None]
 
 
@@ -404,8 +415,9 @@ def mean_gradients_batched(task: Task, model: nn.Module,
     fill = _check_fill(task)
     k = len(prepared)
     layout = ParamLayout.of(model)
-    matrix = _as_matrix(params, k, layout.total)
-    torch.use_deterministic_algorithms(True)
+    device = device_of(model)
+    matrix = _as_matrix(params, k, layout.total).to(device)
+    deterministic(device)
     model.train()
     step_fn = _per_client_grad(task, model, scaled=True)
     sizes = [task.num_examples(p) for p in prepared]
@@ -413,18 +425,18 @@ def mean_gradients_batched(task: Task, model: nn.Module,
     out: list[torch.Tensor | None] = [None] * k
     for chunk in _chunks(order, max_clients):
         flat = matrix[chunk]
-        acc = torch.zeros(len(chunk), layout.total)
+        acc = torch.zeros(len(chunk), layout.total, device=device)
         streams = [task.batches(prepared[i], batch_size, None) for i in chunk]
         while True:
             batches = [next(s, None) for s in streams]
             if all(b is None for b in batches):
                 break
             scale = torch.tensor([0.0 if b is None else task.batch_size_of(b) / sizes[i]
-                                  for b, i in zip(batches, chunk, strict=True)])
+                                  for b, i in zip(batches, chunk, strict=True)], device=device)
             live = _live_rows(batches)  # finished clients (a prefix, by size): not computed
-            batch, active = stack_batches(batches[live], fill)
+            batch, active = _stacked_on(device, batches[live], fill)
             grads, _ = step_fn(unflatten_stacked(layout, flat[live]), batch, scale[live])
             acc[live] += torch.where(active[:, None], flatten_stacked(layout, grads), 0.0)
         for row, i in enumerate(chunk):
-            out[i] = acc[row].clone()
+            out[i] = acc[row].cpu().clone()
     return [g for g in out if g is not None]

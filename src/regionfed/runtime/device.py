@@ -2,8 +2,9 @@
 
 Strategies never see a device: they hold CPU parameter vectors, and the runtime copies a
 vector into the model, moves each batch to the model's device and copies results back
-(:mod:`regionfed.runtime.local_training`). Client batching (vmap) is a CPU optimisation and
-is off on an accelerator, where one client's batch already fills the device.
+(:mod:`regionfed.runtime.local_training`). Client batching (vmap) runs where the model is;
+on an accelerator it is opt-in (``training.client_batching: on``) until it is measured
+there (benchmarks/gpu_check.py); ``auto`` batches on the CPU only.
 """
 
 from __future__ import annotations

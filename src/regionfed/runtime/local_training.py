@@ -65,7 +65,7 @@ def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any
     copied there, every batch is moved there, and the result comes back as a CPU vector.
     """
     device = device_of(model)
-    _deterministic(device)
+    deterministic(device)
     start = start.to(device)
     set_flat(model, start)
     params = list(model.parameters())
@@ -128,7 +128,7 @@ def mean_gradient(task: Task, model: nn.Module, params: torch.Tensor, prepared: 
                   batch_size: int) -> torch.Tensor:
     """∇ of the mean training loss at ``params`` (one full pass, batches weighted by size)."""
     device = device_of(model)
-    _deterministic(device)
+    deterministic(device)
     set_flat(model, params)
     model.train()
     model.zero_grad(set_to_none=True)
@@ -163,7 +163,7 @@ def loss_sum(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
     return float(losses.sum()), int(losses.numel())
 
 
-def _deterministic(device: torch.device) -> None:
+def deterministic(device: torch.device) -> None:
     """Deterministic kernels; on CUDA, ops without a deterministic kernel only warn (cuBLAS
     needs its workspace setting, which must precede the first CUDA call)."""
     if device.type == "cuda":

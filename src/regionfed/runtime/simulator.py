@@ -6,7 +6,8 @@ checked for NaN/inf, the strategy aggregates, and every ``eval_every`` rounds (a
 end) all clients are evaluated on their validation split with the model the strategy
 assigns them. The final models are scored on every client's test split.
 
-Client batching (``training.client_batching = "auto"``): before an exchange is handed to the
+Client batching (``training.client_batching``: ``auto`` on the CPU, ``on`` on any device):
+before an exchange is handed to the
 strategy's client code, the simulator computes every plain ``train`` (no extra loss, from
 the instruction's parameters) and every ``gradient`` of the exchange as one batched
 computation (:mod:`.batched_training`) and gives each client its result; the client code then
@@ -233,8 +234,9 @@ class Simulator:
         """``batched``, or ``sequential (<why>)``: how this strategy's clients are trained."""
         if self.training.client_batching == "off":
             return "sequential (client_batching off)"
-        if self.device.type != "cpu":
-            return f"sequential (batching is a CPU optimisation; models on {self.device})"
+        if self.device.type != "cpu" and self.training.client_batching != "on":
+            return (f"sequential (batching on {self.device} is opt-in until measured there: "
+                    "client_batching=on)")
         if self.task.batch_fill_values is None:
             return f"sequential ({type(self.task).__name__} batches can't be stacked)"
         if type(strategy).client_train is not Strategy.client_train:
