@@ -49,6 +49,18 @@ def test_the_results_document_is_built_from_the_study_records(studies, tmp_path,
     assert "Regional equity" in text
     assert "No region loses?" in text  # each method's worst region against fedavg's
     assert "Not measured yet: `regions`, `assignment`" in text  # what is still missing
+    # a reference that ends in parentheses keeps them; one wholly in them is not doubled
+    assert "## Robustness to heterogeneity (Table 2 and Table 11)\n" in text
+    assert "## Concept shift (no paper table)\n" in text
+
+
+def test_a_paper_reference_ending_in_parentheses_keeps_them(studies):
+    from regionfed.studies.results_doc import load_claims, study_section
+
+    record = json.loads((studies / "concept-shift" / "study.json").read_text())
+    record["paper"] = "Table 1 Panel C (App. B.3)"
+    assert study_section(record, load_claims()).startswith(
+        "## Concept shift (Table 1 Panel C (App. B.3))\n")
 
 
 def test_findings_name_the_winner_and_regionfeds_margin():

@@ -356,7 +356,10 @@ def _noise(a: dict[str, Any], b: dict[str, Any]) -> float:
 
 
 def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
-    parts = [f"## {record['title']} ({record['paper'].strip('()')})", "",
+    paper = record["paper"]
+    if paper.startswith("(") and paper.endswith(")"):  # already in parentheses
+        paper = paper[1:-1]
+    parts = [f"## {record['title']} ({paper})", "",
              f"Question: {record['question']}.", "",
              f"Ours ({'paper size' if record['full'] else 'reduced size'}; test Overall %, "
              "mean ± std over seeds):", "", our_table(record)]
