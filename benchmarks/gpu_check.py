@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import paper_cost  # noqa: E402
 import round_time  # noqa: E402
 
+from regionfed.algorithms.registry import build_strategy  # noqa: E402
 from regionfed.config import RunConfig, build_config, load_config  # noqa: E402
 from regionfed.data.registry import build_federation  # noqa: E402
 from regionfed.errors import RegionFedError  # noqa: E402
-from regionfed.experiment import build_strategy  # noqa: E402
 from regionfed.runtime.simulator import Simulator  # noqa: E402
 
 STEPS = ("tiny", "t5-small", "cnn-femnist")

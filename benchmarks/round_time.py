@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from regionfed.algorithms.registry import build_strategy
 from regionfed.config import RunConfig, TrainingConfig
 from regionfed.data.esci_synth import generate_esci_synth
-from regionfed.experiment import build_strategy
 from regionfed.models.registry import build_task
 from regionfed.models.tiny import TinyConfig
 from regionfed.runtime.local_training import train_local

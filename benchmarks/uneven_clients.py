@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 
+from regionfed.algorithms.registry import build_strategy
 from regionfed.config import TrainingConfig, build_config
 from regionfed.data.federation import ClientData, Federation
 from regionfed.data.text import TextDataset
-from regionfed.experiment import build_strategy
 from regionfed.models.text_classification_task import TextClassificationTask
 from regionfed.models.tiny import TinyConfig
 from regionfed.runtime.simulator import Simulator

@@ -145,9 +145,9 @@ def text_classifier_fedavg(seed: int, task: Any = None, federation: Any = None
     majority class."""
     import tempfile
 
+    from regionfed.algorithms.registry import build_strategy
     from regionfed.config import build_config
     from regionfed.data.federation import concat_splits
-    from regionfed.experiment import build_strategy
     from regionfed.models.registry import build_task
 
     if federation is None:

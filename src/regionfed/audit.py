@@ -26,11 +26,10 @@ from typing import Any
 import numpy as np
 
 from regionfed.algorithms.base import Strategy
-from regionfed.algorithms.registry import get_method
+from regionfed.algorithms.registry import build_strategy, get_method
 from regionfed.config import RunConfig
 from regionfed.data.registry import build_federation
 from regionfed.errors import ConfigError
-from regionfed.experiment import build_strategy
 from regionfed.io import write_atomic, write_json
 from regionfed.models.registry import build_task
 from regionfed.privacy.audit import (

@@ -24,10 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 from regionfed import metrics
-from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.regionfed import RegionFed, RegionFedConfig
 from regionfed.algorithms.regionfed.personalization import personalize_region
-from regionfed.algorithms.registry import get_method
+from regionfed.algorithms.registry import build_strategy, get_method
 from regionfed.config import RunConfig, build_config, load_config, set_dotted
 from regionfed.data.federation import Federation
 from regionfed.data.registry import build_federation
@@ -152,16 +151,6 @@ def user_level_stage(simulator: Simulator, strategy: RegionFed, config: RegionFe
         "users_worse": float(np.mean([g < 0 for g in gains])),
         "per_user_after": after["per_client"],
     }
-
-
-def build_strategy(method: str, config: RunConfig) -> Strategy:
-    """The configured strategy object of a federated method."""
-    spec = get_method(method)
-    strategy = spec.strategy(sample_rate=config.training.sample_rate,
-                             server_lr=config.training.server_lr, dp=config.dp,
-                             **spec.options(config))
-    strategy.report_rate = 1.0 - config.training.dropout - config.training.stragglers
-    return strategy
 
 
 def check_privacy_budget(config: RunConfig) -> None:

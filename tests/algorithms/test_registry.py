@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from regionfed.algorithms.registry import METHODS, get_method
+from regionfed.algorithms.registry import METHODS, build_strategy, get_method
 from regionfed.config import build_config
 from regionfed.errors import MethodNotApplicableError
-from regionfed.experiment import build_strategy, run_method
+from regionfed.experiment import run_method
 from regionfed.runtime.evaluation import FederationEvaluator
 
 FEDERATED = [m for m, spec in METHODS.items() if spec.kind == "federated"]

@@ -8,10 +8,9 @@ import pytest
 import torch
 
 import regionfed.privacy.mechanism as mechanism
-from regionfed.algorithms.registry import METHODS
+from regionfed.algorithms.registry import METHODS, build_strategy
 from regionfed.config import build_config
 from regionfed.errors import ConfigError, MethodNotApplicableError
-from regionfed.experiment import build_strategy
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.privacy.releases import PrivateReleases
 from regionfed.runtime.params import get_flat

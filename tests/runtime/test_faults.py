@@ -7,10 +7,9 @@ import torch
 
 from regionfed.algorithms.base import ClientResult
 from regionfed.algorithms.fedavg import FedAvg
-from regionfed.algorithms.registry import METHODS
+from regionfed.algorithms.registry import METHODS, build_strategy
 from regionfed.config import TrainingConfig, build_config
 from regionfed.errors import ConfigError
-from regionfed.experiment import build_strategy
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.privacy.mechanism import DPConfig
 from regionfed.runtime.faults import rejection_reason, round_faults

@@ -8,9 +8,8 @@ import shutil
 import pytest
 import torch
 
-from regionfed.algorithms.registry import METHODS
+from regionfed.algorithms.registry import METHODS, build_strategy
 from regionfed.config import build_config
-from regionfed.experiment import build_strategy
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.round_checkpoint import RoundCheckpoints, run_identity
 from regionfed.runtime.simulator import Simulator

@@ -113,8 +113,8 @@ def test_one_member_ensemble_evaluates_like_its_member(tiny_federation, tiny_tas
 
 @pytest.mark.parametrize("method", ["fedavg", "regionfed-meta", "regionfed-interp"])
 def test_batched_clients_give_the_sequential_result(tiny_federation, tiny_task, method):
+    from regionfed.algorithms.registry import build_strategy
     from regionfed.config import RunConfig
-    from regionfed.experiment import build_strategy
 
     # SGD: AdamW's normalisation turns float noise in analytically-zero gradients (the key
     # bias cancels in the softmax) into lr-sized steps, so it agrees only in the metrics

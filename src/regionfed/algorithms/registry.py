@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from regionfed.algorithms.apfl import APFL
 from regionfed.algorithms.base import Strategy
@@ -27,6 +27,9 @@ from regionfed.algorithms.regionfed.plus import RegionFedPlus
 from regionfed.algorithms.regionfed.strategy import VARIANTS as REGIONFED_VARIANTS
 from regionfed.algorithms.scaffold import Scaffold
 from regionfed.errors import UnknownMethodError
+
+if TYPE_CHECKING:  # the configuration imports the algorithms' configs: no cycle at run time
+    from regionfed.config import RunConfig
 
 StrategyFactory = Callable[..., Strategy]
 VARIANT_SUMMARIES = {
@@ -151,3 +154,16 @@ def resolve_methods(names: Sequence[str]) -> list[str]:
 
 def get_method(name: str) -> MethodSpec:
     return METHODS[resolve_methods([name])[0]]
+
+
+def build_strategy(method: str, config: RunConfig) -> Strategy:
+    """The configured strategy object of a federated method: its class with the run's
+    sampling rate, server step, DP settings and the method's own options from ``config``;
+    ``report_rate`` is the share of sampled clients expected to report (no dropout, no
+    stragglers)."""
+    spec = get_method(method)
+    strategy = spec.strategy(sample_rate=config.training.sample_rate,
+                             server_lr=config.training.server_lr, dp=config.dp,
+                             **spec.options(config))
+    strategy.report_rate = 1.0 - config.training.dropout - config.training.stragglers
+    return strategy

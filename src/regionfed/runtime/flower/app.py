@@ -70,8 +70,8 @@ def make_server_app(defaults: dict[str, Any] | None = None,
     require_flwr()
     from flwr.serverapp import ServerApp
 
+    from regionfed.algorithms.registry import build_strategy
     from regionfed.data.registry import build_federation
-    from regionfed.experiment import build_strategy
     from regionfed.models.registry import build_task
     app = ServerApp()
 

@@ -125,8 +125,8 @@ def with_node_data(config: RunConfig, node_config: dict[str, Any]) -> RunConfig:
 
 def build_node(run_config: dict[str, Any], node_config: dict[str, Any]) -> Node:
     """This node's federation, task, strategy and client (cached per process)."""
+    from regionfed.algorithms.registry import build_strategy
     from regionfed.data.registry import build_federation
-    from regionfed.experiment import build_strategy
     from regionfed.models.registry import build_task
 
     text, method, seed = run_settings(run_config)
