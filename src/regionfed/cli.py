@@ -422,68 +422,30 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     import shlex
 
-    from regionfed.experiment import removed_if_start_fails, unique_run_dir, with_overrides
+    from regionfed.experiment import unique_run_dir, with_overrides
+    from regionfed.io import write_atomic
+    from regionfed.studies.compare import resume_compare, run_compare
 
     command = "regionfed " + shlex.join(args.argv)
+    progress = not args.quiet
     if args.resume:
         out = Path(args.resume)
-        config = build_config(load_config(out / "compare-config.yaml"))
-        first = out / "command.txt"
-        if first.exists():  # the command that started it, then how it was finished
-            command = f"{first.read_text().strip()}\n# resumed with: {command}"
-        if (out / "no-dp").exists() and config.dp.mode != "off":
-            args.privacy = "both"  # it was started with both settings
+        done = resume_compare(out, command=command, progress=progress, jobs=args.jobs)
     else:
         config = config_from_args(args)
         if args.tune:
             config = with_overrides(config, {"tuning.enabled": True})
         out = unique_run_dir(Path(args.out) if args.out else Path("runs") / config.name)
-    with removed_if_start_fails(out):
-        return _compare(args, config, out, command)
-
-
-def _compare(args: argparse.Namespace, config: RunConfig, out: Path, command: str) -> int:
-    """``regionfed compare`` into ``out``: one run per privacy setting, then the tables."""
-    import os
-    import platform
-    import time
-
-    from regionfed.experiment import run_experiment, with_overrides
-    from regionfed.io import write_atomic
-    from regionfed.report import comparison_markdown
-
-    if not args.resume:
-        out.mkdir(parents=True)
-        write_atomic(out / "compare-config.yaml", config.to_yaml())
-        write_atomic(out / "command.txt", command + "\n")
-    settings = [("With DP" if config.dp.mode != "off" else "Without DP", config)]
-    if args.privacy == "both":
-        if config.dp.mode == "off" or config.dp.sigma <= 0:
-            raise ConfigError("--privacy both needs DP settings (e.g. --dp-sigma 1 --dp-clip 1)")
-        settings = [("Without DP", with_overrides(config, {"dp.mode": "off"})),
-                    ("With DP", config)]
-    start = time.perf_counter()
-    done, folders = [], []
-    for title, setting in settings:
-        folder = out / ("no-dp" if setting.dp.mode == "off" else "dp")
-        folders.append(folder)
-        if len(settings) > 1:
-            print(f"== {title} → {folder}", flush=True)
-        done.append((title, run_experiment(setting, folder, progress=not args.quiet,
-                                           resume=bool(args.resume), jobs=args.jobs)))
-    markdown = comparison_markdown(
-        done, command=command, seconds=time.perf_counter() - start,
-        hardware=f"{platform.machine()} CPU × {os.cpu_count()}, Python "
-        f"{platform.python_version()}")
-    write_atomic(out / "results.md", markdown)
+        done = run_compare(config, out, both=args.privacy == "both", command=command,
+                           progress=progress, jobs=args.jobs)
     if args.markdown:
-        write_atomic(Path(args.markdown), markdown)
-    print(markdown)
+        write_atomic(Path(args.markdown), done.markdown)
+    print(done.markdown)
     print(f"results: {out / 'results.md'}")
     if args.report:
         from regionfed.report import write_combined_report
 
-        write_combined_report(folders, out / "report")
+        write_combined_report(done.folders, out / "report")
         print(f"report: {out / 'report' / 'report.md'}")
     return 0
 
