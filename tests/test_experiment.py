@@ -33,6 +33,9 @@ def test_regionfed_run_with_dp_records_privacy_and_regional_signals(tmp_path, ca
     user = results["regionfed-grad"]["user_personalization"]
     assert {"overall_before", "overall_after", "mean_user_before", "mean_user_after",
             "users_improved"} <= set(user)
+    # only a strategy with a user-level stage (the personalize_users hook) reports one
+    assert "user_personalization" not in results["fedavg"]
+    assert "user_personalization" not in results["local"]
     rounds = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     grad = [r for r in rounds if r["method"] == "regionfed-grad"]
     assert len(grad) == 2

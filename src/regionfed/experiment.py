@@ -19,13 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from regionfed import metrics
-from regionfed.algorithms.regionfed import RegionFed, RegionFedConfig
-from regionfed.algorithms.regionfed.personalization import personalize_region
 from regionfed.algorithms.registry import build_strategy, get_method
 from regionfed.config import RunConfig, build_config, load_config, set_dotted
 from regionfed.data.federation import Federation
@@ -111,46 +108,12 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
         privacy = ledger.to_dict()
         if diagnostics := strategy.evaluation_diagnostics():
             test = {**test, "diagnostics": diagnostics}
-        if isinstance(strategy, RegionFed) and config.regionfed.user_personalization:
-            test = {**test, "user_personalization": user_level_stage(
-                simulator, strategy, config.regionfed, test)}
+        if (stage := simulator.user_level_stage(strategy, test)) is not None:
+            test = {**test, "user_personalization": stage}
     seconds = time.perf_counter() - start
     if checkpoints is not None:  # a resumed run adds the time before it was interrupted
         seconds += checkpoints.seconds_before_resume
     return MethodOutcome(method, seed, test, history, seconds, privacy), run
-
-
-def user_level_stage(simulator: Simulator, strategy: RegionFed, config: RegionFedConfig,
-                     before: dict[str, Any]) -> dict[str, Any]:
-    """Paper Eq. 5/7 after training: every user adapts its regional model on its device;
-    per-user test Overall before (regional model) and after (personal model)."""
-    # one region's personal models at a time: only their predictions are kept (8,000 users
-    # × a full parameter vector would not fit in memory)
-    predictions: dict[str, Any] = {}
-    for region in simulator.federation.regions:
-        members = simulator.federation.clients_in(region)
-        users = {c.client_id: simulator.clients[c.client_id] for c in members}
-        thetas, _ = personalize_region(users, strategy.regional_params(region),
-                                       strategy.last_regional.get(region),
-                                       alpha_min=config.alpha_min, tau=config.tau,
-                                       epochs=config.user_epochs,
-                                       private=strategy.dp.adds_noise)
-        for client in members:
-            predictions[client.client_id] = simulator.predict(thetas[client.client_id],
-                                                              client.split("test"))
-        del thetas
-    after = simulator.evaluator.evaluate("test", lambda client: predictions[client.client_id])
-    users = list(before["per_client"])
-    gains = [after["per_client"][u] - before["per_client"][u] for u in users]
-    return {
-        "overall_before": before["overall"], "overall_after": after["overall"],
-        "rrs_after": after["rrs"], "worst_region_after": after["worst_region"],
-        "mean_user_before": float(np.mean([before["per_client"][u] for u in users])),
-        "mean_user_after": float(np.mean([after["per_client"][u] for u in users])),
-        "users_improved": float(np.mean([g > 0 for g in gains])),
-        "users_worse": float(np.mean([g < 0 for g in gains])),
-        "per_user_after": after["per_client"],
-    }
 
 
 def check_privacy_budget(config: RunConfig) -> None:

@@ -260,3 +260,13 @@ def test_ensemble_weights_follow_each_strategys_validation_accuracy():
     assert not torch.allclose(members["grad"], members["meta"])
     # the single regional model (user stage) is the best-weighted member
     assert torch.allclose(strategy.regional_params(SHIFTED), model.members[0])
+
+
+def test_the_user_level_stage_is_the_strategys_hook_and_can_be_switched_off():
+    from regionfed.algorithms.fedavg import FedAvg
+    from regionfed.algorithms.regionfed import RegionFed, RegionFedConfig
+
+    assert FedAvg().personalize_users("r", {}) is None  # no stage by default
+    off = RegionFed("grad", RegionFedConfig(user_personalization=False))
+    assert off.personalize_users("r", {}) is None
+

@@ -25,7 +25,7 @@ ledger composes (docs/privacy.md). :meth:`Strategy.private_mean` is its one-vect
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -344,6 +344,13 @@ class Strategy(ABC):
         run's results should keep (e.g. which candidate model each client chose; default:
         nothing)."""
         return {}
+
+    def personalize_users(self, region: str, users: Mapping[str, ClientContext]
+                          ) -> dict[str, torch.Tensor] | None:
+        """A user-level stage after training (a runtime hook): each user's personal model,
+        adapted on its device from what the strategy serves ``region``; ``None`` (default)
+        when the strategy has no such stage."""
+        return None
 
 
 class SingleExchangeStrategy(Strategy):

@@ -230,6 +230,39 @@ class Simulator:
                                                      params.members, strict=True)]
         return self.task.predict_ensemble(models, list(params.weights), dataset)
 
+    def user_level_stage(self, strategy: Strategy, before: dict[str, Any]
+                         ) -> dict[str, Any] | None:
+        """The strategy's user-level stage after training
+        (:meth:`Strategy.personalize_users`, e.g. RegionFed's paper Eq. 5/7): every user
+        adapts on its device; per-user test Overall before (``before``: the test evaluation
+        of the strategy's own models) and after (the personal models). ``None`` when the
+        strategy has no such stage."""
+        # one region's personal models at a time: only their predictions are kept (8,000
+        # users × a full parameter vector would not fit in memory)
+        predictions: dict[str, Any] = {}
+        for region in self.federation.regions:
+            members = self.federation.clients_in(region)
+            thetas = strategy.personalize_users(
+                region, {c.client_id: self.clients[c.client_id] for c in members})
+            if thetas is None:
+                return None
+            for client in members:
+                predictions[client.client_id] = self.predict(thetas[client.client_id],
+                                                             client.split("test"))
+            del thetas
+        after = self.evaluator.evaluate("test", lambda client: predictions[client.client_id])
+        users = list(before["per_client"])
+        gains = [after["per_client"][u] - before["per_client"][u] for u in users]
+        return {
+            "overall_before": before["overall"], "overall_after": after["overall"],
+            "rrs_after": after["rrs"], "worst_region_after": after["worst_region"],
+            "mean_user_before": float(np.mean([before["per_client"][u] for u in users])),
+            "mean_user_after": float(np.mean([after["per_client"][u] for u in users])),
+            "users_improved": float(np.mean([g > 0 for g in gains])),
+            "users_worse": float(np.mean([g < 0 for g in gains])),
+            "per_user_after": after["per_client"],
+        }
+
     def batching_mode(self, strategy: Strategy) -> str:
         """``batched``, or ``sequential (<why>)``: how this strategy's clients are trained."""
         if self.training.client_batching == "off":

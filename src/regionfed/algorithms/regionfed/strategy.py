@@ -39,7 +39,7 @@ Golden-section search stays the default without DP; under DP it is refused unles
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,7 @@ from regionfed.algorithms.base import (
 from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.regionfed.conflict import ConflictCalibration, conflicts
 from regionfed.algorithms.regionfed.golden_section import GoldenSection
+from regionfed.algorithms.regionfed.personalization import personalize_region
 from regionfed.algorithms.regionfed.routing import ValidationFallback, heterogeneity, route
 from regionfed.algorithms.regionfed.selection import SelectionLayout, rho_candidates
 from regionfed.errors import ConfigError
@@ -454,6 +455,19 @@ class RegionFed(Strategy):
         if region not in self.adaptation:
             return self.params
         return self.params + self.alpha[region] * self.adaptation[region]
+
+    def personalize_users(self, region: str, users: Mapping[str, ClientContext]
+                          ) -> dict[str, torch.Tensor] | None:
+        """Paper Eq. 5/7 after training (``user_personalization``): every user adapts its
+        regional model on its device (:func:`.personalization.personalize_region`)."""
+        if not self.config.user_personalization:
+            return None
+        thetas, _ = personalize_region(users, self.regional_params(region),
+                                       self.last_regional.get(region),
+                                       alpha_min=self.config.alpha_min, tau=self.config.tau,
+                                       epochs=self.config.user_epochs,
+                                       private=self.dp.adds_noise)
+        return thetas
 
     def eval_params(self, client_id: str, region: str, client: ClientContext
                     ) -> torch.Tensor | Ensemble:
