@@ -122,3 +122,49 @@ def test_a_client_side_evaluation_request_carries_the_regional_model():
     content = evaluation_request(flat, "nan-loss", "de", "val")  # scored on the server
     assert torch.equal(params_tensor(content), torch.full((5,), 2.0))
     assert evaluation_state(content) == {} and not content["meta"]["on_client"]
+
+
+class SlowGrid:
+    """A grid whose nodes answer after ``delays[i]`` pulls of message ``i``."""
+
+    def __init__(self, delays):
+        self.delays = delays
+        self.pulls = 0
+
+    def push_messages(self, messages):
+        self.sent = list(messages)
+        return [m.metadata.message_id for m in self.sent]
+
+    def pull_messages(self, ids):
+        self.pulls += 1
+        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=m.metadata.message_id))
+                for m, after in zip(self.sent, self.delays, strict=True)
+                if m.metadata.message_id in ids and after == self.pulls]
+
+
+def _messages(n):
+    return [SimpleNamespace(metadata=SimpleNamespace(message_id=f"m{i}")) for i in range(n)]
+
+
+def test_exchange_polls_briefly_until_every_reply_is_in():
+    from regionfed.runtime.flower.server import LONGEST_POLL_S, exchange
+
+    grid, pauses = SlowGrid([1, 3, 6]), []
+    replies = exchange(grid, _messages(3), timeout=60, sleep=pauses.append)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m0", "m1", "m2"]
+    assert grid.pulls == 6  # stops at the last reply, not after a fixed sleep
+    assert pauses and max(pauses) <= LONGEST_POLL_S and sum(pauses) < 1.0  # not 3 s a pull
+
+
+def test_exchange_returns_what_came_by_the_deadline():
+    from regionfed.runtime.flower.server import exchange
+
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    grid = SlowGrid([1, 10**9])  # the second node never answers
+    replies = exchange(grid, _messages(2), timeout=2.0, sleep=sleep, clock=lambda: now[0])
+    assert [r.metadata.reply_to_message_id for r in replies] == ["m0"]
+    assert 2.0 <= now[0] < 2.3  # waited for the deadline, not beyond
