@@ -10,7 +10,9 @@ Steps (``--step``; the shell wrapper runs each in its own process under its own
   E = 1, batch 32, AdamW), fedavg, 4 rounds on the device, once with the default client
   batching (``auto``: clients one by one on an accelerator) and once with
   ``client_batching: on`` (vmap over clients on the device): seconds per round (median of the
-  rounds between the first and the last), its breakdown and how clients were trained.
+  rounds between the first and the last), its breakdown, how clients were trained, the
+  test Overall, and the largest parameter difference between the two (SGD: batched on the
+  device must give the model training them one by one gives, to float tolerance).
   Compare with the 2-core CPU's batched round (docs/performance.md).
 * ``t5-small`` and ``cnn-femnist``: the paper-protocol configs (``configs/paper``): seconds
   of one optimizer step on the device × the expected steps of a round (q · Σ_u ⌈n_u/B⌉ · E)
@@ -40,11 +42,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import paper_cost  # noqa: E402
 import round_time  # noqa: E402
 
-from regionfed.algorithms.registry import build_strategy  # noqa: E402
-from regionfed.config import RunConfig, build_config, load_config  # noqa: E402
+from regionfed.config import build_config, load_config  # noqa: E402
 from regionfed.data.registry import build_federation  # noqa: E402
 from regionfed.errors import RegionFedError  # noqa: E402
-from regionfed.runtime.simulator import Simulator  # noqa: E402
+from regionfed.runtime.local_training import OptimizerConfig  # noqa: E402
 
 STEPS = ("tiny", "t5-small", "cnn-femnist")
 #: data overrides of --quick (plumbing only)
@@ -57,16 +58,23 @@ def tiny_step(device: str, quick: bool) -> dict[str, Any]:
     batching (``auto``: one by one on an accelerator) and with ``on`` (vmap on any device)."""
     regions, clients, queries = (2, 2, 400) if quick else (8, 10, 20_000)
     federation, task = round_time.workload(regions, clients, queries)
-    fedavg = build_strategy("fedavg", RunConfig(methods=["fedavg"]))
     out: dict[str, Any] = {"clients": len(federation.clients)}
+    final = {}
     for batching in ("auto", "on"):
         training = round_time.training_config(4, batching, 80).model_copy(
-            update={"device": device})
-        seconds, breakdown = round_time.round_times("fedavg", federation, task, training)
+            update={"device": device, "optimizer": OptimizerConfig(name="sgd", lr=0.1)})
+        seconds, breakdowns, run = round_time.timed_run("fedavg", federation, task, training)
+        timed = slice(1, len(seconds) - 1)
+        final[batching] = run.final_params
         out[batching] = {
-            "seconds_per_round": statistics.median(seconds), "timed_rounds": len(seconds),
-            "breakdown": breakdown,
-            "client_batching": Simulator(federation, task, training, 0).batching_mode(fedavg)}
+            "seconds_per_round": statistics.median(seconds[timed]),
+            "timed_rounds": len(seconds[timed]),
+            "breakdown": {k: statistics.mean(b.get(k, 0.0) for b in breakdowns[timed])
+                          for k in sorted({k for b in breakdowns[timed] for k in b})},
+            "client_batching": run.history[0]["client_batching"],
+            "test_overall": run.test["overall"]}
+    # the same clients trained one by one and batched on the device: the same model (SGD)
+    out["max_param_difference_on_vs_auto"] = float((final["on"] - final["auto"]).abs().max())
     return out
 
 

@@ -38,7 +38,7 @@ from regionfed.models.registry import build_task
 from regionfed.models.tiny import TinyConfig
 from regionfed.runtime.local_training import train_local
 from regionfed.runtime.params import get_flat
-from regionfed.runtime.simulator import Simulator
+from regionfed.runtime.simulator import FederatedRun, Simulator
 
 PAPER_LOCAL_EPOCHS = 40  # paper §4 training configuration
 REGIONFED_METHODS = ("regionfed-grad", "regionfed-meta", "regionfed-interp",
@@ -62,10 +62,10 @@ def training_config(rounds: int, batching: str, max_batched: int, epochs: int = 
                           client_batching=batching, max_batched_clients=max_batched)
 
 
-def round_times(method: str, federation, task, training: TrainingConfig,
-                timed: slice | None = None) -> tuple[list[float], dict[str, float]]:
-    """Seconds of every timed round (default rounds 2 … T−1) and the mean per-round
-    breakdown."""
+def timed_run(method: str, federation, task, training: TrainingConfig
+              ) -> tuple[list[float], list[dict[str, float]], FederatedRun]:
+    """One run of ``method``: every round's seconds, every round's breakdown by exchange
+    kind, and the run (final parameters, logs)."""
     strategy = build_strategy(method, RunConfig(methods=[method]))
     sim = Simulator(federation, task, training, seed=0)
     stamps: list[float] = []
@@ -76,9 +76,16 @@ def round_times(method: str, federation, task, training: TrainingConfig,
         breakdowns.append(dict(sim.last_round_seconds))
 
     start = time.perf_counter()
-    sim.run(strategy, on_round=on_round)
+    run = sim.run(strategy, on_round=on_round)
     ends = [start, *stamps]
-    seconds = [ends[i + 1] - ends[i] for i in range(len(stamps))]
+    return [ends[i + 1] - ends[i] for i in range(len(stamps))], breakdowns, run
+
+
+def round_times(method: str, federation, task, training: TrainingConfig,
+                timed: slice | None = None) -> tuple[list[float], dict[str, float]]:
+    """Seconds of every timed round (default rounds 2 … T−1) and the mean per-round
+    breakdown."""
+    seconds, breakdowns, _ = timed_run(method, federation, task, training)
     timed = timed or slice(1, len(seconds) - 1)
     keys = sorted({k for b in breakdowns[timed] for k in b})
     mean_breakdown = {k: float(np.mean([b.get(k, 0.0) for b in breakdowns[timed]]))

@@ -24,6 +24,8 @@ def test_the_tiny_and_femnist_steps_report_their_numbers(tmp_path, capsys):
         assert tiny[batching]["timed_rounds"] == 2 and tiny[batching]["seconds_per_round"] > 0
         assert "train" in tiny[batching]["breakdown"]
         assert tiny[batching]["client_batching"] == "batched"
+        assert 0.0 <= tiny[batching]["test_overall"] <= 1.0
+    assert tiny["max_param_difference_on_vs_auto"] < 1e-5  # the same computation here
     femnist = bench.run_step("cnn-femnist", "cpu", True, 1)
     if "skipped" in femnist:
         assert "not present" in femnist["skipped"]
