@@ -48,7 +48,7 @@ class NodeInfo:
 
 
 #: first and longest pause between two pulls of replies, in seconds
-FIRST_POLL_S, LONGEST_POLL_S = 0.01, 0.25
+FIRST_POLL_S, LONGEST_POLL_S = 0.05, 1.0
 
 
 def exchange(grid: Any, messages: list[Any], timeout: float | None,
@@ -58,9 +58,12 @@ def exchange(grid: Any, messages: list[Any], timeout: float | None,
     in or ``timeout`` seconds have passed (``None``: no limit); the replies that came.
 
     What ``Grid.send_and_receive`` does, with the public ``push_messages`` /
-    ``pull_messages``, but polling from 10 ms, growing 1.5× per empty pull up to 0.25 s,
-    instead of sleeping 3 s between pulls (flwr 1.42's gRPC grid): a round of a tiny model
-    answers in well under a second."""
+    ``pull_messages``, but polling from 50 ms, doubling per empty pull up to 1 s, instead of
+    sleeping 3 s between pulls (flwr 1.42's gRPC grid). Measured on loopback (2 cores,
+    benchmarks/flower_cost.py) it changes nothing yet: a round costs 12–18 s either way,
+    spent in a fresh ClientApp process per message and the SuperNode's 3 s idle sleep; it
+    matters once clients answer fast (warm workers). Faster polling (10 ms → 0.25 s) only
+    took CPU from the clients on 2 cores."""
     waiting = set(grid.push_messages(messages))
     deadline = None if timeout is None else clock() + timeout
     replies: list[Any] = []
@@ -71,7 +74,7 @@ def exchange(grid: Any, messages: list[Any], timeout: float | None,
         waiting.difference_update(r.metadata.reply_to_message_id for r in got)
         if not waiting or (deadline is not None and clock() >= deadline):
             break
-        pause = FIRST_POLL_S if got else min(pause * 1.5, LONGEST_POLL_S)
+        pause = FIRST_POLL_S if got else min(pause * 2, LONGEST_POLL_S)
         sleep(pause if deadline is None else max(0.0, min(pause, deadline - clock())))
     return replies
 
