@@ -25,12 +25,9 @@ def require_flwr() -> ModuleType:
     return flwr
 
 
-#: no telemetry or update checks (docs/flower.md), and a shorter work poll
-FLOWER_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-              "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-              # flower-superexec looks for a message to hand a ClientApp / ServerApp every
-              # second by default (flwr 1.42); every message of a round waits for that poll
-              "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2"}
+#: Flower and Ray state out of $HOME, no telemetry or update checks (docs/flower.md)
+QUIET_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+             "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
 
 
 #: the state folders Flower (and, in simulation, Ray and uv) write below
@@ -39,12 +36,11 @@ STATE_KEYS = ("FLWR_HOME", "RAY_TMPDIR", "UV_CACHE_DIR")
 
 def flower_environment(env: dict[str, str] | None = None, prefix: str = "rf-flower-",
                        state_keys: tuple[str, ...] = STATE_KEYS) -> dict[str, str]:
-    """Switch off Flower's and Ray's network calls in ``env`` (default ``os.environ``),
-    shorten flower-superexec's poll for work (:data:`FLOWER_ENV`; values already set win), put
+    """Switch off Flower's and Ray's network calls in ``env`` (default ``os.environ``), put
     this interpreter's scripts folder on ``PATH``, and point the ``state_keys`` that are not
     set yet at one new folder in /tmp; returns ``env``."""
     env = os.environ if env is None else env
-    for key, value in FLOWER_ENV.items():
+    for key, value in QUIET_ENV.items():
         env.setdefault(key, value)
     # Flower starts its helpers (flower-superexec, flwr-serverapp, …) by name: this
     # interpreter's scripts folder must be on PATH even when the venv is not activated
