@@ -69,8 +69,7 @@ def tiny_step(device: str, quick: bool) -> dict[str, Any]:
         out[batching] = {
             "seconds_per_round": statistics.median(seconds[timed]),
             "timed_rounds": len(seconds[timed]),
-            "breakdown": {k: statistics.mean(b.get(k, 0.0) for b in breakdowns[timed])
-                          for k in sorted({k for b in breakdowns[timed] for k in b})},
+            "breakdown": round_time.mean_breakdown(breakdowns[timed]),
             "client_batching": run.history[0]["client_batching"],
             "test_overall": run.test["overall"]}
     # the same clients trained one by one and batched on the device: the same model (SGD)

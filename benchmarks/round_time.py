@@ -87,10 +87,13 @@ def round_times(method: str, federation, task, training: TrainingConfig,
     breakdown."""
     seconds, breakdowns, _ = timed_run(method, federation, task, training)
     timed = timed or slice(1, len(seconds) - 1)
-    keys = sorted({k for b in breakdowns[timed] for k in b})
-    mean_breakdown = {k: float(np.mean([b.get(k, 0.0) for b in breakdowns[timed]]))
-                      for k in keys}
-    return seconds[timed], mean_breakdown
+    return seconds[timed], mean_breakdown(breakdowns[timed])
+
+
+def mean_breakdown(breakdowns: list[dict[str, float]]) -> dict[str, float]:
+    """Per exchange kind, the mean seconds over the rounds (0 where a round has none)."""
+    keys = sorted({k for b in breakdowns for k in b})
+    return {k: float(np.mean([b.get(k, 0.0) for b in breakdowns])) for k in keys}
 
 
 def floor_seconds(federation, task, batch_size: int, repeats: int) -> float:

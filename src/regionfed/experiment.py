@@ -37,6 +37,7 @@ from regionfed.privacy.ledger import (
     compute_epsilon,
     with_uncovered,
 )
+from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
 from regionfed.runtime.pooled import run_pooled
@@ -250,13 +251,8 @@ def _trainable_jobs(config: RunConfig) -> list[tuple[str, int]]:
 def _parallel_capable(config: RunConfig) -> bool:
     """Whether methods may train in worker processes: in-process runtime on the CPU (an
     accelerator is one device to share; a Flower runtime runs its own processes and ports)."""
-    return config.runtime == "inprocess" and config.training.device in ("cpu", "auto") and (
-        config.training.device == "cpu" or not _accelerator_present())
-
-
-def _accelerator_present() -> bool:
-    return torch.cuda.is_available() or (hasattr(torch.backends, "mps")
-                                         and torch.backends.mps.is_available())
+    return config.runtime == "inprocess" and \
+        resolve_device(config.training.device).type == "cpu"
 
 
 def _run_experiment(config: RunConfig, out: Path, progress: bool,
@@ -390,7 +386,8 @@ _WORKER_SETUP: dict[str, tuple[Federation, Task, FederationEvaluator]] = {}
 def _worker_setup(config: RunConfig, threads: int
                   ) -> tuple[Federation, Task, FederationEvaluator]:
     torch.set_num_threads(threads)
-    key = json.dumps([config.dataset, _as_json(config)["data"], _as_json(config)["model"]])
+    dumped = _as_json(config)
+    key = json.dumps([config.dataset, dumped["data"], dumped["model"]])
     if key not in _WORKER_SETUP:
         _WORKER_SETUP.clear()
         federation = build_federation(config.dataset, config.data)

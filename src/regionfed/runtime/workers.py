@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from contextlib import nullcontext
 from multiprocessing import Manager, get_context
 from typing import Any
 
@@ -48,7 +49,7 @@ def run_in_workers(function: Callable[..., Any], jobs: Sequence[tuple[Any, ...]]
     this process (e.g. one item per training round, for a progress bar). The first failure
     cancels the jobs not yet started and is raised once the running ones stop."""
     context = get_context("spawn")
-    with Manager() if on_tick is not None else _NoManager() as manager:
+    with Manager() if on_tick is not None else nullcontext() as manager:
         queue = manager.Queue() if on_tick is not None else None
         drain = None
         if queue is not None:
@@ -89,11 +90,3 @@ def _drain(queue: Any, on_tick: Callable[[Any], None]) -> None:
         if item == _STOP:
             return
         on_tick(item)
-
-
-class _NoManager:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
