@@ -82,6 +82,8 @@ FLOWER_EXAMPLES = """examples (one machine, loopback; each line in its own termi
   regionfed flower node --superlink 127.0.0.1:9093 --region region_01 --client-index 1 --port 9103
   regionfed run --runtime flower --superlink 127.0.0.1:9093 --methods fedavg,regionfed-grad \\
       --regions 2 --clients-per-region 2 --rounds 2
+each node is a warm worker (one process for every message of a run); --worker fresh runs
+Flower's new flwr-clientapp process per message instead
 """
 
 
@@ -335,9 +337,14 @@ def _add_flower_commands(sub: Any) -> None:
     node.add_argument("--host", default="127.0.0.1", help="address of the node's own API")
     node.add_argument("--port", type=int, default=9094,
                       help="port of the node's own API (one per node on a machine)")
+    node.add_argument("--worker", choices=["warm", "fresh"], default="warm",
+                      help="warm (default): this process runs every message of a run, the "
+                      "client built once; fresh: Flower's default, a new flwr-clientapp "
+                      "process per message")
     for p in (link, node):
         p.add_argument("--print-command", action="store_true",
-                       help="print the Flower command line instead of starting it")
+                       help="print the Flower command line instead of starting it (a warm "
+                       "node runs that SuperNode in-process, beside its worker)")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -542,11 +549,15 @@ def cmd_flower(args: argparse.Namespace) -> int:
         command, prefix = superlink_command(args.host, args.port), "rf-superlink-"
     else:
         command = supernode_command(args.superlink, args.region, args.client_index,
-                                    args.data, args.host, args.port)
+                                    args.data, args.host, args.port, args.worker)
         prefix = f"rf-node-{args.client_index}-"
     if args.print_command:
         print(shlex.join(command))
         return 0
+    if args.role == "node" and args.worker == "warm":
+        from regionfed.runtime.flower.warm import run_warm_node, runtime_address
+
+        run_warm_node(command, runtime_address(args.host, args.port), prefix)
     exec_flower(command, prefix)
 
 

@@ -26,9 +26,10 @@ SMALL = ["--regions", "2", "--num-queries", "480", "--rounds", "1",
 
 
 @pytest.fixture(scope="session")
-def superlink():
-    """A SuperLink and 4 SuperNodes; yields the SuperLink's address. Session-scoped: one
-    deployment serves every test here (``make test`` sends a whole file to one worker).
+def deployment():
+    """A SuperLink and 4 SuperNodes with warm workers (the default); yields the
+    :class:`LocalDeployment`. Session-scoped: one deployment serves every test here
+    (``make test`` sends a whole file to one worker).
 
     It is started with the venv not activated (as under ``make test``): Flower still finds
     its helper scripts. Stopping it terminates each process group, and nothing survives
@@ -50,13 +51,19 @@ def superlink():
     pids = [p.pid for p in deployment.processes]
     assert len(pids) == 1 + len(nodes)
     try:
-        yield deployment.address
+        yield deployment
     finally:
         deployment.__exit__(None, None, None)
         shutil.rmtree(folder, ignore_errors=True)
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.killpg(pid, 0)
+
+
+@pytest.fixture
+def superlink(deployment):
+    """The address of the shared deployment's SuperLink."""
+    return deployment.address
 
 
 def test_regionfed_grad_runs_on_the_deployment_engine(superlink, tmp_path):
@@ -92,11 +99,11 @@ def test_a_node_that_cannot_serve_the_run_fails_it_with_a_clear_error(superlink,
 
 def test_a_run_that_outlives_its_timeout_is_stopped_on_the_superlink(superlink, tmp_path,
                                                                       capsys):
-    # the run needs about a minute; the submitter gives up after 20 s and must not leave
-    # the ServerApp running on the SuperLink
+    # 100 rounds need well over a minute; the submitter gives up after 20 s and must not
+    # leave the ServerApp running on the SuperLink
     code = main(["run", "--runtime", "flower", "--superlink", superlink,
-                 "--methods", "fedavg", *SMALL, "--set", "flower.run_timeout_s=20",
-                 "--out", str(tmp_path / "run")])
+                 "--methods", "fedavg", *SMALL, "--rounds", "100",
+                 "--set", "flower.run_timeout_s=20", "--out", str(tmp_path / "run")])
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did not finish within 20 s" in err[0]
@@ -146,3 +153,74 @@ def test_a_process_that_cannot_start_fails_the_deployment_at_once(tmp_path):
     with pytest.raises(DeploymentError, match="exited with status 2: error: --region"):
         with LocalDeployment([("", 0)], tmp_path / "flower", start_timeout_s=60):
             pass
+
+
+def test_every_message_of_a_node_runs_in_its_one_warm_process(deployment, tmp_path):
+    """Warm workers: each node's log shows every message handled by the node process
+    itself (one PID per node, the one LocalDeployment started), and no node has any child
+    process — no flower-superexec, no flwr-clientapp per message."""
+    import re
+
+    code = main(["run", "--runtime", "flower", "--superlink", deployment.address,
+                 "--methods", "fedavg", "--clients-per-region", "2", *SMALL,
+                 "--rounds", "2", "--out", str(tmp_path / "run")])
+    assert code == 0
+    nodes = [(p, log) for p, log in zip(deployment.processes, deployment.logs, strict=True)
+             if log.stem.startswith("node-")]
+    assert len(nodes) == 4
+    for process, log in nodes:
+        pids = re.findall(r"warm worker \(pid (\d+)\): (\S+) handled", log.read_text())
+        kinds = [kind for _, kind in pids]
+        # this run alone: a query, 2 training rounds, validation and test
+        assert kinds.count("train.regionfed") >= 2 and "evaluate.regionfed" in kinds
+        assert {int(pid) for pid, _ in pids} == {process.pid}, log.name
+        assert _children(process.pid) == [], log.name
+
+
+def _children(pid: int) -> list[str]:
+    """Command lines of the processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append((stat.parent / "cmdline").read_text().replace("\0", " "))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("method", ["fedavg", "regionfed-grad"])
+def test_the_deployment_engine_trains_the_same_model_as_in_process(deployment, method):
+    """Same configuration and seed on the warm Deployment Engine and in process: the same
+    final global and regional parameters (SGD; ρ selection on for regionfed-grad, so every
+    golden-section step is a round trip to the nodes)."""
+    import torch
+
+    from regionfed.config import build_config
+    from regionfed.data.registry import build_federation
+    from regionfed.experiment import run_method
+    from regionfed.models.registry import build_task
+    from regionfed.runtime.evaluation import FederationEvaluator
+    from regionfed.runtime.flower.deployment import run_flower_deployment
+
+    settings = {"data": {"num_queries": 480, "num_regions": 2, "clients_per_region": 2,
+                         "vocab_size": 1000},
+                "model": {"dim": 32, "heads": 2, "ngram_buckets": 512},
+                "training": {"rounds": 2, "eval_every": 2, "client_batching": "off",
+                             "optimizer": {"name": "sgd", "lr": 0.1}},
+                "methods": [method]}
+    local_config = build_config(settings)
+    federation = build_federation(local_config.dataset, local_config.data)
+    task = build_task(local_config.model, federation)
+    _, local = run_method(method, federation, task, local_config, 0,
+                          FederationEvaluator(task, federation))
+    config = build_config({**settings, "runtime": "flower",
+                           "flower": {"superlink": deployment.address,
+                                      "run_timeout_s": 300, "reply_timeout_s": 120}})
+    remote, _ = run_flower_deployment(config, method, 0)
+    assert torch.allclose(remote.final_params, local.final_params, atol=1e-5)
+    assert set(remote.regional_params) == set(local.regional_params)
+    for region, params in local.regional_params.items():
+        assert torch.allclose(remote.regional_params[region], params, atol=1e-5), region
+    assert remote.test["overall"] == pytest.approx(local.test["overall"], abs=1e-3)

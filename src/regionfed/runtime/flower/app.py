@@ -77,12 +77,16 @@ def make_server_app(defaults: dict[str, Any] | None = None,
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
+        import flwr.superlink.grid.http_grid as http_grid
+
         from regionfed.runtime.flower.deployment import (
             OUT_KEY,
             REPLY_TIMEOUT_KEY,
             save_result,
         )
+        from regionfed.runtime.flower.polling import quick_object_pulls
 
+        quick_object_pulls(http_grid, "pull_objects")  # replies' objects come in 10s of ms
         settings = {**(defaults or {}), **context.run_config}
         text, method, seed = run_settings(settings)
         config = load_run_config(text)
@@ -104,14 +108,17 @@ def make_server_app(defaults: dict[str, Any] | None = None,
 
 
 def log_round(entry: dict[str, Any]) -> None:
-    """One line per round in the ServerApp's log (what ``flwr run --stream`` shows)."""
+    """One line per round in the ServerApp's log (what ``flwr run --stream`` shows), with
+    the Unix time the round ended (the stream delivers lines in batches)."""
+    import time
     from logging import INFO
 
     from flwr.common.logger import log
 
     val = entry.get("val", {}).get("overall")
-    log(INFO, "regionfed round %s: train loss %s, validation overall %s", entry["round"],
-        entry.get("train_loss"), "-" if val is None else f"{val:.4f}")
+    log(INFO, "regionfed round %s: train loss %s, validation overall %s (at %.3f)",
+        entry["round"], entry.get("train_loss"), "-" if val is None else f"{val:.4f}",
+        time.time())
 
 
 def make_apps(config_yaml: str, method: str, seed: int, canaries: str | None = None,

@@ -42,11 +42,12 @@ OUT_KEY = "out-dir"
 #: run-config key of the bound on waiting for one exchange's replies
 REPLY_TIMEOUT_KEY = "reply-timeout-s"
 APP_DIR = "regionfed_app"  # flwr requires a valid project name as the folder name
+APP_PUBLISHER, APP_NAME = "regionfed", "regionfed-app"
+#: the id Flower gives the app (publisher/name): what a warm node agrees to run
+APP_ID = f"{APP_PUBLISHER}/{APP_NAME}"
 CONNECTION = "regionfed"
 RESULT_FILE, MODELS_FILE = "result.json", "models.safetensors"
 GLOBAL_KEY, REGION_PREFIX = "global", "region."
-
-
 
 APP_PYPROJECT = f"""\
 # The Flower app of regionfed: its components live in the installed regionfed package.
@@ -55,14 +56,14 @@ requires = ["hatchling"]
 build-backend = "hatchling.build"
 
 [project]
-name = "regionfed-app"
+name = "{APP_NAME}"
 version = "1.0.0"
 description = "regionfed strategies on Flower's Deployment Engine"
 license = "Apache-2.0"
 dependencies = ["regionfed[flower]"]
 
 [tool.flwr.app]
-publisher = "regionfed"
+publisher = "{APP_PUBLISHER}"
 
 [tool.flwr.app.components]
 serverapp = "regionfed.runtime.flower.app:server_app"

@@ -71,7 +71,10 @@ class Node:
         return isinstance(self.client, CanaryClient)
 
 
+#: nodes built in this process, newest last: a warm node process serves run after run,
+#: so only the last few are kept
 _CACHE: dict[tuple[str, str, int, int, str], Node] = {}
+CACHED_RUNS = 4
 
 
 def run_settings(run_config: dict[str, Any]) -> tuple[str, str, int]:
@@ -124,7 +127,8 @@ def with_node_data(config: RunConfig, node_config: dict[str, Any]) -> RunConfig:
 
 
 def build_node(run_config: dict[str, Any], node_config: dict[str, Any]) -> Node:
-    """This node's federation, task, strategy and client (cached per process)."""
+    """This node's federation, task, strategy and client (cached per process: a warm node
+    builds them once per run)."""
     from regionfed.algorithms.registry import build_strategy
     from regionfed.data.registry import build_federation
     from regionfed.models.registry import build_task
@@ -139,6 +143,8 @@ def build_node(run_config: dict[str, Any], node_config: dict[str, Any]) -> Node:
     key = (text, method, seed, index, str(run_config.get(CANARIES_KEY) or ""))
     if key in _CACHE:
         return _CACHE[key]
+    while len(_CACHE) >= CACHED_RUNS:
+        del _CACHE[next(iter(_CACHE))]
     task = build_task(config.model, federation)
     model = task.build_model(seed)
     if layout is not None and index >= len(federation.clients):

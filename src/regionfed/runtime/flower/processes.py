@@ -25,6 +25,7 @@ from typing import NoReturn
 from regionfed.errors import ConfigError, DeploymentError
 from regionfed.runtime.flower import flower_environment, require_flwr
 from regionfed.runtime.flower.deployment import flower_executable, toml_string
+from regionfed.runtime.threads import usable_cores
 
 
 def check_port(port: int, what: str) -> int:
@@ -56,16 +57,27 @@ def node_config(region: str, client_index: int = 0, data: str | None = None) -> 
     return " ".join(items)
 
 
+#: how a node runs its client's messages: ``warm`` (one process for all of them,
+#: :mod:`regionfed.runtime.flower.warm`) or ``fresh`` (Flower's default: a new
+#: ``flwr-clientapp`` process per message)
+WORKERS = ("warm", "fresh")
+
+
 def supernode_command(superlink: str, region: str, client_index: int = 0,
-                      data: str | None = None, host: str = "127.0.0.1", port: int = 9094
-                      ) -> list[str]:
-    """``flower-supernode`` connected to ``superlink`` (HOST:PORT), holding one client."""
+                      data: str | None = None, host: str = "127.0.0.1", port: int = 9094,
+                      worker: str = "fresh") -> list[str]:
+    """``flower-supernode`` connected to ``superlink`` (HOST:PORT), holding one client;
+    for a ``warm`` worker it starts no SuperExec (``--isolation process``): the warm
+    worker takes its place."""
     from regionfed.config import build_config
 
+    if worker not in WORKERS:
+        raise ConfigError(f"--worker must be one of {', '.join(WORKERS)}, got {worker!r}")
     build_config({"flower": {"superlink": superlink}})  # HOST:PORT, or a clear error
     return [flower_executable("flower-supernode"), "--insecure", "--superlink", superlink,
             "--host", host, "--port", str(check_port(port, "--port")),
-            "--node-config", node_config(region, client_index, data)]
+            "--node-config", node_config(region, client_index, data),
+            *(["--isolation", "process"] if worker == "warm" else [])]
 
 
 def exec_flower(command: list[str], state_prefix: str) -> NoReturn:
@@ -119,7 +131,8 @@ def superlink_is_healthy(port: int, host: str = "127.0.0.1") -> bool:
 
 class LocalDeployment:
     """A SuperLink and one SuperNode per ``(region, client_index)`` on 127.0.0.1, each
-    started with ``regionfed flower …`` in its own session, logging to ``folder``.
+    started with ``regionfed flower …`` in its own session, logging to ``folder``; the
+    nodes run their messages in a ``warm`` worker (default) or ``fresh`` processes.
 
     Ports are checked before use, every wait is bounded, and :meth:`stop` (also on leaving
     the ``with`` block, whatever happened) terminates every process group by PID — the
@@ -127,8 +140,11 @@ class LocalDeployment:
     """
 
     def __init__(self, nodes: list[tuple[str, int]], folder: str | Path,
-                 start_timeout_s: float = 90.0, grace_s: float = 10.0) -> None:
-        self.nodes, self.folder = list(nodes), Path(folder)
+                 start_timeout_s: float = 90.0, grace_s: float = 10.0,
+                 worker: str = "warm") -> None:
+        if worker not in WORKERS:
+            raise ConfigError(f"worker must be one of {', '.join(WORKERS)}, got {worker!r}")
+        self.nodes, self.folder, self.worker = list(nodes), Path(folder), worker
         self.start_timeout_s, self.grace_s = start_timeout_s, grace_s
         self.processes: list[subprocess.Popen] = []
         self.logs: list[Path] = []
@@ -156,7 +172,7 @@ class LocalDeployment:
         for (region, index), port in zip(self.nodes, node_ports, strict=True):
             self._start(f"node-{region}-{index}", "node", "--superlink", self.address,
                         "--region", region, "--client-index", str(index),
-                        "--port", str(port))
+                        "--port", str(port), "--worker", self.worker)
         wait_for(lambda: self._alive()
                  and link_log.read_text().count("Activated node_id") >= len(self.nodes),
                  self.start_timeout_s, f"{len(self.nodes)} SuperNodes did not register")
@@ -177,6 +193,9 @@ class LocalDeployment:
         home.mkdir(exist_ok=True)
         log = self.folder / f"{name}.log"
         env = {**os.environ, "FLWR_HOME": str(home)}
+        if args[0] == "node":  # the nodes share this machine's cores (unless told otherwise)
+            env.setdefault("OMP_NUM_THREADS",
+                           str(max(1, len(usable_cores()) // len(self.nodes))))
         with open(log, "w") as out:
             self.processes.append(subprocess.Popen(
                 [sys.executable, "-m", "regionfed", "flower", *args], stdout=out,

@@ -30,6 +30,7 @@ from regionfed.errors import MethodNotApplicableError
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.faults import RoundFaults, faults_log, screen
 from regionfed.runtime.flower.codec import decode_result, encode_instruction
+from regionfed.runtime.flower.polling import Backoff
 from regionfed.runtime.params import declared_blocks, get_flat
 from regionfed.runtime.simulator import FederatedRun, derived_seed, drive_rounds
 
@@ -48,7 +49,7 @@ class NodeInfo:
 
 
 #: first and longest pause between two pulls of replies, in seconds
-FIRST_POLL_S, LONGEST_POLL_S = 0.05, 1.0
+FIRST_POLL_S, LONGEST_POLL_S = 0.02, 0.25
 
 
 def exchange(grid: Any, messages: list[Any], timeout: float | None,
@@ -58,24 +59,23 @@ def exchange(grid: Any, messages: list[Any], timeout: float | None,
     in or ``timeout`` seconds have passed (``None``: no limit); the replies that came.
 
     What ``Grid.send_and_receive`` does, with the public ``push_messages`` /
-    ``pull_messages``, but polling from 50 ms, doubling per empty pull up to 1 s, instead of
-    sleeping 3 s between pulls (flwr 1.42's gRPC grid). Measured on loopback (2 cores,
-    benchmarks/flower_cost.py) it changes nothing yet: a round costs 12–18 s either way,
-    spent in a fresh ClientApp process per message and the SuperNode's 3 s idle sleep; it
-    matters once clients answer fast (warm workers). Faster polling (10 ms → 0.25 s) only
-    took CPU from the clients on 2 cores."""
+    ``pull_messages``, but polling from 20 ms, doubling per empty pull up to 0.25 s
+    (:class:`~regionfed.runtime.flower.polling.Backoff`), instead of sleeping 3 s between
+    pulls (flwr 1.42's grid): with warm nodes a reply comes within a few hundred ms
+    (docs/flower.md, Cost)."""
     waiting = set(grid.push_messages(messages))
     deadline = None if timeout is None else clock() + timeout
     replies: list[Any] = []
-    pause = FIRST_POLL_S
+    backoff = Backoff(FIRST_POLL_S, LONGEST_POLL_S, sleep=sleep, clock=clock)
     while waiting:
         got = list(grid.pull_messages(waiting))
         replies.extend(got)
         waiting.difference_update(r.metadata.reply_to_message_id for r in got)
         if not waiting or (deadline is not None and clock() >= deadline):
             break
-        pause = FIRST_POLL_S if got else min(pause * 2, LONGEST_POLL_S)
-        sleep(pause if deadline is None else max(0.0, min(pause, deadline - clock())))
+        if got:
+            backoff.reset()
+        backoff.wait(None if deadline is None else deadline - clock())
     return replies
 
 

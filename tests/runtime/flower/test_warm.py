@@ -1,0 +1,162 @@
+"""Warm client workers (issue 29): the pieces that run without a deployment — the poll
+back-off, the shortened flwr waits (and that flwr still has the waits they shorten), the
+node command and the app check. The deployment itself: tests/runtime/flower/test_deployment.py."""
+
+import inspect
+import threading
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from regionfed.runtime.flower.polling import Backoff  # noqa: E402
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_backoff_doubles_up_to_its_longest_pause_and_starts_again_after_a_reset():
+    clock = FakeClock()
+    backoff = Backoff(0.02, 0.1, sleep=clock.sleep, clock=clock)
+    for _ in range(5):
+        backoff.wait()
+    backoff.reset()
+    backoff.wait()
+    backoff.wait(at_most=0.01)
+    assert clock.slept == [0.02, 0.04, 0.08, 0.1, 0.1, 0.02, 0.01]
+
+
+def test_backoff_resets_itself_when_work_happened_between_two_waits():
+    clock = FakeClock()
+    backoff = Backoff(0.02, 0.5, reset_after=0.05, sleep=clock.sleep, clock=clock)
+    backoff.wait()
+    backoff.wait()
+    clock.now += 1.0  # a message was handled in between
+    backoff.wait()
+    assert clock.slept == [0.02, 0.04, 0.02]
+
+
+def test_backoff_refuses_pauses_that_make_no_sense():
+    with pytest.raises(ValueError, match="0 < first <= longest"):
+        Backoff(0.5, 0.1)
+
+
+def test_the_node_loop_backs_off_when_idle_and_waits_briefly_for_replies():
+    from regionfed.runtime.flower.warm import (
+        IDLE_FIRST_S,
+        IDLE_LONGEST_S,
+        LOCAL_WAIT_S,
+        ShortSleeps,
+    )
+
+    slept: list[float] = []
+    sleeps = ShortSleeps(sleep=slept.append)
+    for _ in range(8):
+        sleeps.sleep(3)  # flwr 1.42's idle pull
+    assert slept[0] == IDLE_FIRST_S and slept[-1] == IDLE_LONGEST_S
+    assert not sleeps.message_waiting.is_set()
+    sleeps.sleep(0.5)  # waiting for the worker's reply
+    assert slept[-1] == LOCAL_WAIT_S and sleeps.message_waiting.is_set()
+    assert sleeps.monotonic() > 0  # every other attribute is the time module's
+
+
+def test_flwr_still_has_the_waits_a_warm_node_shortens():
+    """A flwr upgrade that renames or removes them fails here, not silently in a slow
+    deployment."""
+    import flwr.superlink.grid.http_grid as http_grid
+    import flwr.supernode.runtime.run_clientapp as clientapp
+    import flwr.supernode.start_client_internal as loop
+
+    source = inspect.getsource(loop)
+    assert "time.sleep(3)" in source and "time.sleep(0.5)" in source
+    assert "pull_objects(" in source
+    assert "pull_and_inflate_object_from_tree(" in inspect.getsource(clientapp.pull_task_input)
+    assert "pull_objects(" in inspect.getsource(http_grid.HttpGrid.pull_messages)
+    for module, name in ((loop, "pull_objects"), (http_grid, "pull_objects"),
+                         (clientapp, "pull_and_inflate_object_from_tree")):
+        parameters = inspect.signature(getattr(module, name)).parameters
+        assert {"initial_backoff", "backoff_cap"} <= set(parameters), name
+
+
+def test_quick_object_pulls_rebinds_a_modules_pull_once():
+    import types
+
+    from regionfed.runtime.flower.polling import (
+        OBJECT_FIRST_S,
+        OBJECT_LONGEST_S,
+        quick_object_pulls,
+    )
+
+    def pull(ids, fn, *, initial_backoff=1.0, backoff_cap=10.0):
+        return initial_backoff, backoff_cap
+
+    module = types.SimpleNamespace(pull_objects=pull)
+    quick_object_pulls(module, "pull_objects")
+    quick_object_pulls(module, "pull_objects")  # twice: still one layer
+    assert module.pull_objects([], None) == (OBJECT_FIRST_S, OBJECT_LONGEST_S)
+    assert module.pull_objects.func is pull
+
+
+def test_a_warm_node_runs_only_regionfeds_app():
+    from regionfed.runtime.flower.deployment import APP_ID, APP_PYPROJECT
+    from regionfed.runtime.flower.warm import is_regionfed_app
+
+    assert is_regionfed_app(APP_ID)
+    assert not is_regionfed_app("someone/another-app")
+    publisher, name = APP_ID.split("/")
+    assert f'publisher = "{publisher}"' in APP_PYPROJECT and f'name = "{name}"' in APP_PYPROJECT
+
+
+def test_a_warm_node_starts_no_superexec(capsys):
+    from regionfed.cli import main
+
+    assert main(["flower", "node", "--superlink", "127.0.0.1:9093", "--region", "eu",
+                 "--print-command"]) == 0
+    assert capsys.readouterr().out.strip().endswith("--isolation process")
+    assert main(["flower", "node", "--superlink", "127.0.0.1:9093", "--region", "eu",
+                 "--worker", "fresh", "--print-command"]) == 0
+    assert "--isolation" not in capsys.readouterr().out
+
+
+def test_an_unknown_worker_is_refused(capsys):
+    from regionfed.cli import main
+    from regionfed.errors import ConfigError
+    from regionfed.runtime.flower.processes import LocalDeployment, supernode_command
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["flower", "node", "--superlink", "127.0.0.1:9093", "--region", "eu",
+              "--worker", "lukewarm"])
+    assert exit_.value.code == 2 and "--worker" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--worker must be one of warm, fresh"):
+        supernode_command("127.0.0.1:9093", "eu", worker="lukewarm")
+    with pytest.raises(ConfigError, match="worker must be one of"):
+        LocalDeployment([("eu", 0)], "/tmp/unused", worker="lukewarm")
+
+
+def test_the_worker_keeps_polling_while_the_nodes_api_is_not_up():
+    """Started before the SuperNode's Runtime API listens: it retries instead of dying
+    (a dead worker would leave the node taking messages it never answers)."""
+    from regionfed.runtime.flower.processes import free_ports
+    from regionfed.runtime.flower.warm import WarmWorker
+
+    (port,) = free_ports(1)
+    worker = WarmWorker(f"127.0.0.1:{port}")
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    worker.wake.set()
+    thread.join(timeout=1.0)
+    assert thread.is_alive() and worker.handled == 0
+    worker.stop.set()
+    worker.wake.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
