@@ -111,6 +111,28 @@ class BaselinesConfig(BaseModel):
     fedtp_hyper_lr: float = Field(1e-3, gt=0)
 
 
+class SecAggConfig(BaseModel):
+    """SecAgg+ per region on the Flower runtimes (runtime/flower/secagg.py; docs/flower.md,
+    "Secure aggregation")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    #: a region releases nothing in a round with fewer sampled clients (with 2, each would
+    #: learn the other's update from the mean)
+    min_clients: int = Field(3, ge=2)
+    #: shares of each client's secret, as a fraction of the region's sampled clients
+    num_shares: float = Field(1.0, gt=0.0, le=1.0)
+    #: shares needed to rebuild a secret, as a fraction of ``num_shares``: dropped clients
+    #: are tolerated while this many of their neighbours answer
+    reconstruction_threshold: float = Field(0.6, gt=0.0, le=1.0)
+    #: every coordinate of an update is clipped to ±this before quantization
+    clipping_range: float = Field(8.0, gt=0.0, allow_inf_nan=False)
+    #: quantization levels over [−clipping_range, clipping_range] (≤ 2**26: the masked sum
+    #: lives modulo 2**32)
+    quantization_range: int = Field(2**22, ge=2**8, le=2**26)
+
+
 class FlowerConfig(BaseModel):
     """Flower Deployment Engine settings (``runtime: flower``; docs/flower.md,
     "Many machines")."""
@@ -126,6 +148,8 @@ class FlowerConfig(BaseModel):
     #: a folder this machine and the SuperLink's both see (e.g. NFS), where the ServerApp
     #: writes the result; default: this machine's temp folder (a SuperLink on this machine)
     shared_dir: str | None = None
+    #: SecAgg+ per region: the server sees each region's mean update, no client's
+    secagg: SecAggConfig = Field(default_factory=SecAggConfig)
 
     @field_validator("superlink")
     @classmethod
@@ -197,6 +221,13 @@ class RunConfig(BaseModel):
                                             self.training.stragglers):
             raise ValueError("training.dropout and training.stragglers simulate faults in "
                              "the in-process runtime only")
+        if self.runtime == "inprocess" and self.flower.secagg.enabled:
+            raise ValueError("flower.secagg.enabled: secure aggregation runs between Flower "
+                             "nodes (runtime flower or flower-sim), not in process")
+        if self.flower.secagg.enabled and self.dp.mode != "off":
+            raise ValueError("flower.secagg.enabled: secure aggregation with DP is not "
+                             "supported (the server clips and noises individual updates); "
+                             "use dp.mode off")
         return self
 
     def to_yaml(self) -> str:

@@ -197,6 +197,15 @@ class Strategy(ABC):
     #: methods): a distributed runtime then computes it on the client's own node, from the
     #: global ``params`` and that state
     evaluates_on_client: bool = False
+    #: True when every update the strategy receives is used only through data-weighted
+    #: means within a region (DP off): then a transport may hand it one securely
+    #: aggregated result per region instead (SecAgg+). Not inherited: each class opts in.
+    secure_aggregation: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "secure_aggregation" not in cls.__dict__:
+            cls.secure_aggregation = False
 
     def __init__(self, sample_rate: float = 1.0, server_lr: float = 1.0,
                  dp: DPConfig | None = None) -> None:

@@ -17,6 +17,7 @@ from regionfed.algorithms.base import ClientResult, SingleExchangeStrategy
 
 class FedAvg(SingleExchangeStrategy):
     name = "fedavg"
+    secure_aggregation = True  # without DP, the data-weighted mean of the updates
 
     def aggregate_train(self, rnd: int, results: list[ClientResult]) -> dict[str, Any]:
         update = self.private_mean(results, self.sample_rate * len(self.view.clients))

@@ -73,6 +73,9 @@ Exchange = Generator[list[TrainInstruction], list[ClientResult], Any]
 class RegionFed(Strategy):
     """RegionFed with one adaptation strategy for every region (``grad``/``interp``/``meta``)."""
 
+    # updates are used only through the regional means g̃_r (DP off: data-weighted)
+    secure_aggregation = True
+
     def __init__(self, variant: str = "grad", config: RegionFedConfig | None = None, *,
                  sample_rate: float = 1.0, server_lr: float = 1.0,
                  dp: DPConfig | None = None) -> None:

@@ -19,6 +19,7 @@ from regionfed.runtime.flower.node import (
     build_node,
     evaluation_counts,
     handle_instruction,
+    handle_secure_instruction,
     load_run_config,
     run_settings,
 )
@@ -29,6 +30,7 @@ from regionfed.runtime.simulator import FederatedRun
 def make_client_app(defaults: dict[str, Any] | None = None):  # -> flwr.clientapp.ClientApp
     require_flwr()
     from flwr.app import ConfigRecord, Message, RecordDict
+    from flwr.client.mod import secaggplus_mod
     from flwr.clientapp import ClientApp
 
     app = ClientApp()
@@ -48,6 +50,13 @@ def make_client_app(defaults: dict[str, Any] | None = None):  # -> flwr.clientap
     @app.train("regionfed")
     def instruct(message: Message, context: Any) -> Message:
         content = handle_instruction(node_of(context), message.content, context.state)
+        return Message(content, reply_to=message)
+
+    @app.train(mods=[secaggplus_mod])
+    def secure(message: Message, context: Any) -> Message:
+        """The training step of a SecAgg+ exchange (flwr's mod runs the protocol's other
+        stages itself and masks what this returns)."""
+        content = handle_secure_instruction(node_of(context), message.content, context.state)
         return Message(content, reply_to=message)
 
     @app.evaluate("regionfed")

@@ -111,3 +111,59 @@ def decode_result(content: Any) -> ClientResult:
     return ClientResult(str(meta["client_id"]), str(meta["region"]), update,
                         int(meta["num_examples"]),
                         unpack_values(json.loads(meta["metrics"]), "metrics", arrays))
+
+
+# -- the legacy FitIns / FitRes a SecAgg+ exchange carries (runtime.flower.secagg) ---------
+def encode_fit_ins(instruction: TrainInstruction):  # -> flwr.common.FitIns
+    """An update-producing instruction as the ``FitIns`` flwr's SecAgg+ workflow sends:
+    the parameter vector and any config arrays as its parameters, the rest as JSON."""
+    from flwr.common import FitIns, ndarrays_to_parameters
+
+    arrays: dict[str, Any] = {}
+    config = pack_values(instruction.config, "config", arrays)
+    names = list(arrays)
+    tensors = [instruction.params.detach().cpu().contiguous().numpy()]
+    tensors += [arrays[name].numpy() for name in names]
+    meta = {"kind": instruction.kind, "client_id": instruction.client_id,
+            "region": instruction.region, "config": config, "arrays": names}
+    return FitIns(ndarrays_to_parameters(tensors),
+                  {"regionfed": _json(meta, f"the config of a {instruction.kind!r} "
+                                            "instruction")})
+
+
+def decode_fit_ins(fit_ins: Any) -> TrainInstruction:
+    from flwr.common import Array, parameters_to_ndarrays
+
+    meta = json.loads(str(fit_ins.config["regionfed"]))
+    params, *rest = parameters_to_ndarrays(fit_ins.parameters)
+    arrays = {name: Array(np.ascontiguousarray(a)) for name, a in zip(meta["arrays"], rest,
+                                                                        strict=True)}
+    return TrainInstruction(str(meta["client_id"]), str(meta["region"]),
+                            torch.from_numpy(params.copy()),
+                            unpack_values(meta["config"], "config", arrays), str(meta["kind"]))
+
+
+def encode_fit_res(result: ClientResult):  # -> flwr.common.FitRes
+    """A client result as the ``FitRes`` whose parameters SecAgg+ masks (the update) and
+    whose metrics travel in plain (numbers only: a tensor metric would bypass the
+    masking, so it is refused)."""
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+
+    if result.update is None:
+        raise DataError(f"client {result.client_id} returned no update to aggregate "
+                        "securely")
+    arrays: dict[str, Any] = {}
+    metrics = pack_values(result.metrics, "metrics", arrays)
+    if arrays:
+        raise DataError(f"client {result.client_id}: metrics {', '.join(arrays)} are "
+                        "tensors, which secure aggregation cannot carry")
+    update = result.update.detach().cpu().contiguous().numpy()
+    return FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update]),
+                  int(result.num_examples),
+                  {"regionfed": _json(metrics, "a client result's metrics", allow_nan=True),
+                   "client_id": result.client_id})
+
+
+def fit_res_metrics(fit_res: Any) -> dict[str, Any]:
+    """The metrics :func:`encode_fit_res` put in a ``FitRes``."""
+    return dict(json.loads(str(fit_res.metrics["regionfed"]))["values"])

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from regionfed.algorithms.base import Strategy, check_finite
+from regionfed.algorithms.base import ClientResult, Strategy, TrainInstruction, check_finite
 from regionfed.config import RunConfig, TrainingConfig, build_config, parse_yaml
 from regionfed.data.federation import ClientData, Federation
 from regionfed.errors import ConfigError, DataError
@@ -182,11 +182,9 @@ def save_client_state(node: Node, state: Any) -> None:
         {"state": packed, "train_calls": node.client.train_calls})})
 
 
-def handle_instruction(node: Node, content: Any, state: Any) -> Any:
-    """Decode, run the strategy's client step, check the update, encode the reply."""
-    from regionfed.runtime.flower.codec import decode_instruction, encode_result
-
-    instruction = decode_instruction(content)
+def run_instruction(node: Node, instruction: TrainInstruction, state: Any) -> ClientResult:
+    """The strategy's client step on this node's client, with its private state restored
+    from and saved back to ``context.state``; the update checked finite."""
     if instruction.client_id != node.client.client_id:
         raise DataError(f"instruction for client {instruction.client_id!r} reached the node "
                         f"of {node.client.client_id!r}")
@@ -195,7 +193,27 @@ def handle_instruction(node: Node, content: Any, state: Any) -> Any:
     if result.update is not None:
         check_finite(result.update, f"client {result.client_id}")
     save_client_state(node, state)
-    return encode_result(result)
+    return result
+
+
+def handle_instruction(node: Node, content: Any, state: Any) -> Any:
+    """Decode, run the strategy's client step, encode the reply."""
+    from regionfed.runtime.flower.codec import decode_instruction, encode_result
+
+    return encode_result(run_instruction(node, decode_instruction(content), state))
+
+
+def handle_secure_instruction(node: Node, content: Any, state: Any) -> Any:
+    """The same for the training step inside a SecAgg+ exchange
+    (:mod:`regionfed.runtime.flower.secagg`): legacy ``FitIns`` in, ``FitRes`` out, whose
+    update ``secaggplus_mod`` then quantizes and masks."""
+    import flwr.compat.common.recorddict_compat as compat
+
+    from regionfed.runtime.flower.codec import decode_fit_ins, encode_fit_res
+
+    instruction = decode_fit_ins(compat.recorddict_to_fitins(content, keep_input=True))
+    result = run_instruction(node, instruction, state)
+    return compat.fitres_to_recorddict(encode_fit_res(result), keep_input=False)
 
 
 def evaluation_counts(node: Node, params: torch.Tensor, split: str, on_client: bool,

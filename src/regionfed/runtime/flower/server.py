@@ -25,12 +25,24 @@ import numpy as np
 import torch
 
 from regionfed import metrics
-from regionfed.algorithms.base import Ensemble, FederationView, Strategy
+from regionfed.algorithms.base import (
+    ClientResult,
+    Ensemble,
+    FederationView,
+    Strategy,
+    TrainInstruction,
+)
 from regionfed.errors import MethodNotApplicableError
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.faults import RoundFaults, faults_log, screen
 from regionfed.runtime.flower.codec import decode_result, encode_instruction
 from regionfed.runtime.flower.polling import Backoff
+from regionfed.runtime.flower.secagg import CLIENTS_KEY as SECURE_CLIENTS_KEY
+from regionfed.runtime.flower.secagg import (
+    UPDATE_KINDS,
+    check_secure_aggregation,
+    secure_region_result,
+)
 from regionfed.runtime.params import declared_blocks, get_flat
 from regionfed.runtime.simulator import FederatedRun, derived_seed, drive_rounds
 
@@ -87,6 +99,9 @@ class FlowerDriver:
         self.grid, self.config, self.task, self.seed = grid, config, task, seed
         self.training = config.training
         self.timeout = timeout
+        self.secagg = config.flower.secagg
+        #: sees every reply of a SecAgg+ exchange before the protocol does (tests)
+        self.secagg_spy: Callable[[Any], None] | None = None
         self.model = task.build_model(seed)
         self.nodes = self.discover()
         present = {n.region for n in self.nodes}
@@ -148,6 +163,8 @@ class FlowerDriver:
     # -- the round loop (Simulator.run over messages) ------------------------------------
     def run(self, strategy: Strategy, on_round: Callable[[dict[str, Any]], None] | None = None,
             ledger: PrivacyLedger | None = None) -> FederatedRun:
+        if self.secagg.enabled:
+            check_secure_aggregation(strategy, self.config.dp)
         strategy.setup(get_flat(self.model), self.view,
                        np.random.default_rng(derived_seed(self.seed, 7919)))
 
@@ -168,14 +185,21 @@ class FlowerDriver:
         first: list[float] | None = None
         dim = strategy.params.numel()
         rejected: dict[str, str] = {}
+        secured: dict[str, list[int]] = {}  # region → clients in each secure mean
         while True:
-            replies = self._send([
-                Message(encode_instruction(ins), dst_node_id=self.node_of[ins.client_id],
-                        message_type=INSTRUCTION_TYPE) for ins in instructions])
+            if self.secagg.enabled and any(i.kind in UPDATE_KINDS for i in instructions):
+                received = self._secure_results(instructions, rnd, rejected)
+                for result in received:
+                    secured.setdefault(result.region, []).append(
+                        int(result.metrics[SECURE_CLIENTS_KEY]))
+            else:
+                replies = self._send([
+                    Message(encode_instruction(ins), dst_node_id=self.node_of[ins.client_id],
+                            message_type=INSTRUCTION_TYPE) for ins in instructions])
+                received = [decode_result(r.content) for r in replies]
             # the in-process simulator's screen: a NaN/Inf or misshapen reply is dropped
             # and logged, the round goes on with the others
-            results = [result for result in map(decode_result, (r.content for r in replies))
-                       if screen(result, dim, rnd, rejected)]
+            results = [result for result in received if screen(result, dim, rnd, rejected)]
             if first is None:
                 first = [r.metrics["train_loss"] for r in results if "train_loss" in r.metrics]
             try:
@@ -184,7 +208,32 @@ class FlowerDriver:
                 log = dict(done.value)
                 if (entry := faults_log(RoundFaults(), rejected)) is not None:
                     log["faults"] = entry
+                if secured:
+                    log["secagg"] = secured
                 return log, first
+
+    def _secure_results(self, instructions: list[TrainInstruction], rnd: int,
+                        rejected: dict[str, str]) -> list[ClientResult]:
+        """One SecAgg+ protocol per region (:mod:`~regionfed.runtime.flower.secagg`): one
+        result per region that released its mean; a region that could not is logged in
+        ``rejected``."""
+        if any(i.kind not in UPDATE_KINDS for i in instructions):
+            raise RuntimeError("an exchange mixes update and score instructions; secure "
+                               "aggregation cannot split it")
+        results = []
+        for region in self.view.regions:
+            mine = [i for i in instructions if i.region == region]
+            if not mine:
+                continue
+            result, why = secure_region_result(
+                lambda messages: exchange(self.grid, messages, self.timeout), mine,
+                self.node_of, max(self.view.num_examples[i.client_id] for i in mine),
+                self.secagg, rnd, self.timeout, self.secagg_spy)
+            if result is None:
+                rejected[f"secagg:{region}"] = str(why)
+            else:
+                results.append(result)
+        return results
 
     def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
         """Every client scored on its own ``split`` with the parameters the strategy assigns
