@@ -15,6 +15,7 @@ Flower's fresh process per message.
     .venv/bin/python benchmarks/flower_cost.py                    # fedavg, 4 rounds
     .venv/bin/python benchmarks/flower_cost.py --workers warm,fresh
     .venv/bin/python benchmarks/flower_cost.py --method regionfed-grad --rho-search --rounds 2
+    .venv/bin/python benchmarks/flower_cost.py --secagg           # SecAgg+ per region
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ WORKLOAD = {"data": {"num_queries": 480, "num_regions": 2, "clients_per_region":
             "regionfed": {"rho_search": False}}
 
 
-def measure(runtime: str, method: str, rounds: int, superlink: str | None = None
-            ) -> dict[str, float]:
+def measure(runtime: str, method: str, rounds: int, superlink: str | None = None,
+            secagg: bool = False) -> dict[str, float]:
     """Seconds to the end of each round, and in total."""
+    flower = {"superlink": superlink,
+              "secagg": {"enabled": secagg and runtime != "inprocess", "min_clients": 2}}
     config = build_config({**WORKLOAD, "runtime": runtime,
                            "training": {"rounds": rounds, "eval_every": rounds},
-                           "flower": {"superlink": superlink}, "methods": [method]})
+                           "flower": flower, "methods": [method]})
     federation = build_federation(config.dataset, config.data)
     task = build_task(config.model, federation)
     ends: list[float] = []
@@ -82,6 +85,8 @@ def main() -> None:
     parser.add_argument("--workers", default="warm",
                         help="Deployment Engine node workers to measure, comma-separated: "
                         "warm (one process per node), fresh (a process per message)")
+    parser.add_argument("--secagg", action="store_true",
+                        help="Flower runtimes: SecAgg+ per region (flower.secagg.enabled)")
     parser.add_argument("--skip-deployment", action="store_true")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
@@ -91,7 +96,8 @@ def main() -> None:
     workers = [w.strip() for w in args.workers.split(",") if w.strip()]
     measure("inprocess", args.method, 2)  # warm-up: first imports and allocations
     results = {"inprocess": measure("inprocess", args.method, args.rounds),
-               "flower-sim": measure("flower-sim", args.method, args.rounds)}
+               "flower-sim": measure("flower-sim", args.method, args.rounds,
+                                     secagg=args.secagg)}
     if not args.skip_deployment:
         from regionfed.runtime.flower.processes import LocalDeployment
 
@@ -105,12 +111,13 @@ def main() -> None:
             folder = Path(tempfile.mkdtemp(prefix="rf-bench-", dir="/tmp"))
             try:
                 with LocalDeployment(nodes, folder, worker=worker) as deployment:
-                    results[f"flower-{worker}"] = measure("flower", args.method, args.rounds,
-                                                          deployment.address)
+                    results[f"flower-{worker}"] = measure(
+                        "flower", args.method, args.rounds, deployment.address, args.secagg)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
     base, sim = results["inprocess"], results["flower-sim"]
-    rho = " (rho selection on)" if args.rho_search else ""
+    rho = (" (rho selection on)" if args.rho_search else "") + (
+        ", SecAgg+ per region on Flower" if args.secagg else "")
     print(f"{args.method}{rho}: 2 regions × 2 clients, tiny model, {args.rounds} rounds")
     print(f"{'runtime':<13} {'start-up s':>11} {'per round s':>12} {'finish s':>9} "
           f"{'total s':>8} {'vs inprocess':>13} {'vs flower-sim':>14}")

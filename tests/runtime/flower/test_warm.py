@@ -70,12 +70,30 @@ def test_the_node_loop_backs_off_when_idle_and_waits_briefly_for_replies():
     assert sleeps.monotonic() > 0  # every other attribute is the time module's
 
 
-def test_flwr_still_has_the_waits_a_warm_node_shortens():
-    """A flwr upgrade that renames or removes them fails here, not silently in a slow
-    deployment."""
+def test_the_flwr_internals_a_warm_node_relies_on_are_there():
+    """The contract with flwr's internals (pinned: flwr==1.42.0). Another version fails
+    here, loudly, not silently in a slow or stuck deployment: the version, the task API the
+    worker speaks in flower-superexec's place, the steps of flwr-clientapp it reuses, and
+    the waits it shortens."""
+    import flwr
     import flwr.superlink.grid.http_grid as http_grid
     import flwr.supernode.runtime.run_clientapp as clientapp
     import flwr.supernode.start_client_internal as loop
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest, AcquireTaskResponse
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.runtime import RuntimeHttpClient
+
+    assert flwr.__version__ == "1.42.0", (
+        f"warm workers are written against flwr 1.42.0's internals, found "
+        f"{flwr.__version__}: re-check runtime/flower/warm.py and polling.py")
+    assert TaskType.CLIENT_APP == "flwr-clientapp"
+    assert "supported_task_types" in AcquireTaskRequest.DESCRIPTOR.fields_by_name
+    assert {"task", "token"} <= set(AcquireTaskResponse.DESCRIPTOR.fields_by_name)
+    assert hasattr(RuntimeHttpClient, "AcquireTask")
+    for name in ("pull_task_input", "push_message", "push_task_output"):
+        assert callable(getattr(clientapp, name)), name
+    assert list(inspect.signature(clientapp.push_task_output).parameters) == [
+        "client", "context", "sub_status", "details"]
 
     source = inspect.getsource(loop)
     assert "time.sleep(3)" in source and "time.sleep(0.5)" in source
