@@ -99,14 +99,14 @@ def test_a_node_that_cannot_serve_the_run_fails_it_with_a_clear_error(superlink,
 
 def test_a_run_that_outlives_its_timeout_is_stopped_on_the_superlink(superlink, tmp_path,
                                                                       capsys):
-    # 100 rounds need well over a minute; the submitter gives up after 20 s and must not
+    # 100 rounds need well over a minute; the submitter gives up after 10 s and must not
     # leave the ServerApp running on the SuperLink
     code = main(["run", "--runtime", "flower", "--superlink", superlink,
                  "--methods", "fedavg", *SMALL, "--rounds", "100",
-                 "--set", "flower.run_timeout_s=20", "--out", str(tmp_path / "run")])
+                 "--set", "flower.run_timeout_s=10", "--out", str(tmp_path / "run")])
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "did not finish within 20 s" in err[0]
+    assert len(err) == 1 and "did not finish within 10 s" in err[0]
     assert "was stopped on the SuperLink" in err[0]
 
 

@@ -22,7 +22,10 @@ class ScriptedDriver(FlowerDriver):
     except the poisoned ones (no Flower grid involved)."""
 
     def __init__(self) -> None:  # noqa: D107 - no grid, no discovery
+        from regionfed.config import SecAggConfig
+
         self.node_of = {c: i for i, c in enumerate(CLIENTS)}
+        self.secagg = SecAggConfig()  # off: every reply comes through _send
 
     def _send(self, messages):
         replies = []
