@@ -47,6 +47,23 @@ def test_the_runtimes_import_nothing_above_them():
     assert not offenders
 
 
+def test_experiment_trains_only_through_the_runtime_seam():
+    """experiment.py keeps run folders; training a federated method goes through
+    ``runtime_for(...).run(...)`` (runtime/runtimes.py): it builds no simulator and reaches
+    into no Flower runtime itself (negative control: an ``import Simulator`` fails this)."""
+    import regionfed.experiment
+
+    path = Path(regionfed.experiment.__file__)
+    imported = _imports(path)
+    assert "regionfed.runtime.runtimes" in imported
+    assert not [n for n in imported if n.startswith("regionfed.runtime.flower")]
+    tree = ast.parse(path.read_text())
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             for alias in node.names}
+    assert not names & {"Simulator", "build_strategy", "run_flower_simulation",
+                        "run_flower_deployment"}
+
+
 def _cnn_on_femnist():
     from regionfed.data.femnist import load_femnist
     from regionfed.models.image_task import ImageClassificationTask

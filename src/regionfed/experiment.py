@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from regionfed import metrics
-from regionfed.algorithms.registry import build_strategy, get_method
+from regionfed.algorithms.registry import get_method
 from regionfed.config import RunConfig, build_config, load_config, set_dotted
 from regionfed.data.federation import Federation
 from regionfed.data.registry import build_federation
@@ -42,7 +42,8 @@ from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
 from regionfed.runtime.pooled import run_pooled
 from regionfed.runtime.round_checkpoint import RoundCheckpoints, run_identity
-from regionfed.runtime.simulator import FederatedRun, Simulator
+from regionfed.runtime.runtimes import runtime_for
+from regionfed.runtime.simulator import FederatedRun
 from regionfed.runtime.threads import use_free_cores
 from regionfed.runtime.workers import auto_workers, run_in_workers, worker_threads
 from regionfed.tuning import candidates, choose, final_validation_overall
@@ -88,29 +89,11 @@ def run_method(method: str, federation: Federation, task: Task, config: RunConfi
                          reweight_regions=spec.reweight_regions, evaluator=evaluator,
                          on_round=on_round)
         test, history = run.test, run.history
-    elif config.runtime == "flower-sim":
-        from regionfed.runtime.flower.simulation import run_flower_simulation
-
-        run, strategy, ledger = run_flower_simulation(config, method, seed,
-                                                      len(federation.clients), on_round)
-        test, history, privacy = run.test, run.history, ledger.to_dict()
-    elif config.runtime == "flower":
-        from regionfed.runtime.flower.deployment import run_flower_deployment
-
-        run, privacy = run_flower_deployment(config, method, seed, on_round)
-        test, history = run.test, run.history
     else:
-        strategy = build_strategy(method, config)
-        ledger = PrivacyLedger(config.dp, config.training.sample_rate)
-        simulator = Simulator(federation, task, config.training, seed, evaluator)
-        run = simulator.run(strategy, on_round=on_round, ledger=ledger,
-                            checkpoints=checkpoints)
-        test, history = run.test, run.history
-        privacy = ledger.to_dict()
-        if diagnostics := strategy.evaluation_diagnostics():
-            test = {**test, "diagnostics": diagnostics}
-        if (stage := simulator.user_level_stage(strategy, test)) is not None:
-            test = {**test, "user_personalization": stage}
+        trained = runtime_for(config, federation, task, evaluator, checkpoints).run(
+            method, seed, on_round)
+        run, test, history, privacy = trained.run, trained.test, trained.run.history, \
+            trained.privacy
     seconds = time.perf_counter() - start
     if checkpoints is not None:  # a resumed run adds the time before it was interrupted
         seconds += checkpoints.seconds_before_resume

@@ -35,6 +35,7 @@ from regionfed.io import save_checkpoint, write_json
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.flower import flower_environment, require_flwr
 from regionfed.runtime.flower.node import CONFIG_KEY, METHOD_KEY, SEED_KEY
+from regionfed.runtime.runtimes import OnRound, Runtime, RuntimeRun
 from regionfed.runtime.simulator import FederatedRun
 
 #: run-config key of the folder the ServerApp writes its result to ("" = don't write)
@@ -185,6 +186,20 @@ def run_flower_deployment(config: Any, method: str, seed: int,
         for entry in run.history:
             on_round(entry)
     return run, privacy
+
+
+class FlowerDeploymentRuntime(Runtime):
+    """``--runtime flower`` behind the one runtime seam: each run submitted to the
+    SuperLink at ``config.flower.superlink``."""
+
+    name = "flower"
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def run(self, method: str, seed: int, on_round: OnRound | None = None) -> RuntimeRun:
+        run, privacy = run_flower_deployment(self.config, method, seed, on_round)
+        return RuntimeRun(run, run.test, privacy)
 
 
 class RunTimedOut(Exception):

@@ -9,6 +9,7 @@ from typing import Any
 from regionfed.algorithms.base import Strategy
 from regionfed.runtime.canaries import CanaryLayout
 from regionfed.runtime.flower import flower_state, require_flwr
+from regionfed.runtime.runtimes import OnRound, Runtime, RuntimeRun
 from regionfed.runtime.simulator import FederatedRun
 
 
@@ -40,3 +41,17 @@ def run_flower_simulation(config: Any, method: str, seed: int, num_clients: int,
     if "run" not in captured:
         raise RuntimeError("the Flower simulation ended without a result (see its log)")
     return captured["run"], captured["strategy"], captured["ledger"]
+
+
+class FlowerSimRuntime(Runtime):
+    """``--runtime flower-sim`` behind the one runtime seam: one SuperNode per client."""
+
+    name = "flower-sim"
+
+    def __init__(self, config: Any, num_clients: int) -> None:
+        self.config, self.num_clients = config, num_clients
+
+    def run(self, method: str, seed: int, on_round: OnRound | None = None) -> RuntimeRun:
+        run, _, ledger = run_flower_simulation(self.config, method, seed, self.num_clients,
+                                               on_round)
+        return RuntimeRun(run, run.test, ledger.to_dict())
