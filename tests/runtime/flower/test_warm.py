@@ -178,3 +178,46 @@ def test_the_worker_keeps_polling_while_the_nodes_api_is_not_up():
     worker.wake.set()
     thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+def test_the_task_heartbeat_answers_instead_of_interrupting_the_node():
+    """flwr's own task heartbeat raises SIGINT when the node no longer holds the task —
+    a warm node would shut down; ours answers False."""
+    from types import SimpleNamespace
+
+    from regionfed.runtime.flower.warm import task_heartbeat
+
+    class Client:
+        def __init__(self, success):
+            self.success = success
+
+        def SendTaskHeartbeat(self, request):  # noqa: N802 - flwr's RPC name
+            return SimpleNamespace(success=self.success)
+
+    assert task_heartbeat(Client(True))() is True
+    assert task_heartbeat(Client(False))() is False
+
+
+def test_a_tasks_objects_are_awaited_while_the_node_holds_the_task(monkeypatch):
+    """The worker claims a task before its objects reach the node: it retries while the
+    task lives, and moves on once the node gave the message up (its run was stopped)."""
+    import flwr.supernode.runtime.run_clientapp as clientapp
+    from flwr.supercore.inflatable.inflatable_utils import ObjectPullError
+
+    from regionfed.runtime.flower.warm import pull_input
+
+    attempts = []
+
+    def pull(client):
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ObjectPullError("obj", "not there yet")
+        return "message", "context", "run", "fab"
+
+    monkeypatch.setattr(clientapp, "pull_task_input", pull)
+    assert pull_input(None, alive=lambda: True) == ("message", "context", "run")
+    assert len(attempts) == 3
+    attempts.clear()
+    with pytest.raises(ObjectPullError):
+        pull_input(None, alive=lambda: False)
+    assert len(attempts) == 1

@@ -52,14 +52,16 @@ class Backoff:
 OBJECT_FIRST_S, OBJECT_LONGEST_S = 0.01, 0.2
 
 
-def quick_object_pulls(module: ModuleType, name: str) -> None:
+def quick_object_pulls(module: ModuleType, name: str, max_time: float | None = None) -> None:
     """Make ``module.name`` (flwr's ``pull_objects`` or ``pull_and_inflate_object_from_tree``
     as that module imported it) retry a missing object after 10 ms doubling to 0.2 s
     instead of flwr's 1 s doubling to 10 s. A message is listed before all its objects
     are stored (the sender pushes the message, then its objects), so the first pull often
     misses one: with flwr's pauses that costs a whole second per exchange on loopback.
-    Only this process's flwr changes (a warm node's, a ServerApp's)."""
+    Only this process's flwr changes (a warm node's, a ServerApp's). ``max_time``: give up
+    after that many seconds (default: flwr's)."""
     pull = getattr(module, name)
     if not isinstance(pull, functools.partial):
+        limits = {} if max_time is None else {"max_time": max_time}
         setattr(module, name, functools.partial(pull, initial_backoff=OBJECT_FIRST_S,
-                                                backoff_cap=OBJECT_LONGEST_S))
+                                                backoff_cap=OBJECT_LONGEST_S, **limits))

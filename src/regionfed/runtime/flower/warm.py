@@ -38,6 +38,8 @@ from regionfed.runtime.flower.polling import Backoff, quick_object_pulls
 IDLE_PULL_S = 3.0
 #: a warm node's idle pulls: first and longest pause
 IDLE_FIRST_S, IDLE_LONGEST_S = 0.02, 0.25
+#: one attempt of the worker at a task's message objects (:func:`pull_input`)
+PULL_ATTEMPT_S = 5.0
 #: a warm node's waits on its own state (a reply being ready; flwr 1.42: 0.5 s)
 LOCAL_WAIT_S = 0.01
 #: the worker's polls of the Runtime API for a task, when the node does not wake it: first
@@ -83,7 +85,8 @@ def shorten_flower_waits() -> ShortSleeps:
 
     loop.time = ShortSleeps()  # type: ignore[assignment]
     quick_object_pulls(loop, "pull_objects")
-    quick_object_pulls(clientapp, "pull_and_inflate_object_from_tree")
+    quick_object_pulls(clientapp, "pull_and_inflate_object_from_tree",
+                       max_time=PULL_ATTEMPT_S)  # pull_input retries while the task lives
     return loop.time
 
 
@@ -145,7 +148,11 @@ class WarmWorker:
                     backoff.wait()
                     continue
                 if claimed.HasField("task") and claimed.token:
-                    self.run_task(claimed.token)
+                    try:
+                        self.run_task(claimed.token)
+                    except Exception:  # noqa: BLE001 - the worker must outlive any task
+                        LOG.exception("a task failed outside the ClientApp (e.g. its run "
+                                      "was stopped); the worker goes on")
                     backoff.reset()
                 else:
                     backoff.wait()
@@ -158,23 +165,20 @@ class WarmWorker:
         from flwr.app import Message
         from flwr.app.error import Error
         from flwr.common.constant import ErrorCode, SubStatus
-        from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
-        from flwr.supernode.runtime.run_clientapp import (
-            pull_task_input,
-            push_message,
-            push_task_output,
-        )
+        from flwr.supercore.heartbeat import HeartbeatSender
+        from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
         from regionfed.runtime.flower.app import client_app
 
         started = pulled = ran = time.perf_counter()
         client = self._client("flwr-clientapp", token)
-        heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+        alive = task_heartbeat(client)
+        heartbeat = HeartbeatSender(alive)
         heartbeat.start()
         message = context = reply = None
         status, details = SubStatus.FAILED, "the regionfed warm worker failed"
         try:
-            message, context, run, _ = pull_task_input(client)
+            message, context, run = pull_input(client, alive)
             pulled = time.perf_counter()
             if not is_regionfed_app(run.fab_id):
                 raise RuntimeError(f"this regionfed node runs only regionfed's app, not "
@@ -192,6 +196,9 @@ class WarmWorker:
             try:
                 if reply is not None and context is not None:
                     push_message(client, reply, context)
+            except Exception as exc:  # noqa: BLE001 - as flwr-clientapp: log, report, go on
+                LOG.error("the reply could not be pushed (%s: %s)", type(exc).__name__, exc)
+                status, details = SubStatus.FAILED, f"pushing the reply failed: {exc}"
             finally:
                 push_task_output(client=client, context=context, sub_status=status,
                                  details=details)
@@ -203,6 +210,40 @@ class WarmWorker:
         LOG.info("regionfed warm worker (pid %d): %s handled in %.3f s (pull %.3f, run %.3f, "
                  "push %.3f)", os.getpid(), kind, done - started, pulled - started,
                  ran - pulled, done - ran)
+
+
+def task_heartbeat(client: Any) -> Any:
+    """A task heartbeat that answers whether the node still holds the task. (flwr's own,
+    ``make_task_heartbeat_fn_http``, raises SIGINT in its process when the task is gone —
+    right for a one-message ``flwr-clientapp``, fatal for a warm node that serves on.)"""
+    import httpx
+    from flwr.proto.runtime_pb2 import SendTaskHeartbeatRequest
+
+    def beat() -> bool:
+        try:
+            return bool(client.SendTaskHeartbeat(SendTaskHeartbeatRequest()).success)
+        except httpx.HTTPError:
+            return False
+
+    return beat
+
+
+def pull_input(client: Any, alive: Any) -> tuple[Any, Any, Any]:
+    """(message, context, run) of the claimed task, as ``pull_task_input`` pulls them, in
+    attempts of :data:`PULL_ATTEMPT_S` (its objects may still be on their way to the node)
+    for as long as the node still holds the task: when the node gave the message up (its
+    run was stopped while it arrived), the task is gone and the worker moves on instead of
+    waiting for objects that will never come."""
+    from flwr.supercore.inflatable.inflatable_utils import ObjectPullError
+    from flwr.supernode.runtime.run_clientapp import pull_task_input
+
+    while True:
+        try:
+            message, context, run, _ = pull_task_input(client)
+            return message, context, run
+        except ObjectPullError:
+            if not alive():
+                raise
 
 
 def runtime_address(host: str, port: int) -> str:
