@@ -229,9 +229,9 @@ def test_the_deployment_engine_trains_the_same_model_as_in_process(deployment, m
 def test_a_run_that_outlives_its_timeout_is_stopped_on_the_superlink(superlink, tmp_path,
                                                                       capsys):
     # 100 rounds need well over a minute; the submitter gives up after 10 s and must not
-    # leave the ServerApp running on the SuperLink. Last in this file on purpose: a run
-    # stopped mid-exchange can leave a node one reply behind (docs/flower.md), so no test
-    # of the shared deployment may come after it
+    # leave the ServerApp running on the SuperLink — and the nodes must serve the next run
+    # (a warm node could otherwise keep the stopped run's last reply and stay one reply
+    # behind for good: warm.DroppedRuns)
     code = main(["run", "--runtime", "flower", "--superlink", superlink,
                  "--methods", "fedavg", *SMALL, "--rounds", "100",
                  "--set", "flower.run_timeout_s=10", "--out", str(tmp_path / "run")])
@@ -239,3 +239,6 @@ def test_a_run_that_outlives_its_timeout_is_stopped_on_the_superlink(superlink, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did not finish within 10 s" in err[0]
     assert "was stopped on the SuperLink" in err[0]
+    code = main(["run", "--runtime", "flower", "--superlink", superlink,
+                 "--methods", "fedavg", *SMALL, "--out", str(tmp_path / "next")])
+    assert code == 0, capsys.readouterr().err

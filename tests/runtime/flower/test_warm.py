@@ -97,6 +97,10 @@ def test_the_flwr_internals_a_warm_node_relies_on_are_there():
 
     source = inspect.getsource(loop)
     assert "time.sleep(3)" in source and "time.sleep(0.5)" in source
+    # DroppedRuns: the loop's two steps, called with keywords; the task made by keyword
+    assert "run_id = _pull_and_store_message(\n                state=state," in source
+    assert "            _push_messages(\n                state=state," in source
+    assert "task_id = state.create_task(" in source and "run_id=run_id," in source
     assert "pull_objects(" in source
     assert "pull_and_inflate_object_from_tree(" in inspect.getsource(clientapp.pull_task_input)
     assert "pull_objects(" in inspect.getsource(http_grid.HttpGrid.pull_messages)
@@ -221,3 +225,70 @@ def test_a_tasks_objects_are_awaited_while_the_node_holds_the_task(monkeypatch):
     with pytest.raises(ObjectPullError):
         pull_input(None, alive=lambda: False)
     assert len(attempts) == 1
+
+
+class FakeNodeState:
+    """The part of flwr's NodeState the node-loop guards touch."""
+
+    def __init__(self, replies):
+        self.replies, self.deleted, self.tasks = list(replies), [], []
+
+    def create_task(self, *, task_type, run_id, fab_hash=None):
+        self.tasks.append(run_id)
+        return len(self.tasks)
+
+    def get_messages_legacy(self, *, run_ids=None, is_reply=None):
+        return [r for r in self.replies if run_ids is None or r.metadata.run_id in run_ids]
+
+    def delete_messages(self, *, message_ids):
+        self.deleted.append(tuple(message_ids))
+
+
+def _reply(run_id, message_id, reply_to):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(metadata=SimpleNamespace(run_id=run_id, message_id=message_id,
+                                                    reply_to_message_id=reply_to))
+
+
+def test_a_message_dropped_after_its_task_was_made_marks_its_run_stopped():
+    """The loop made the task, then dropped the message (its run stopped): that run's
+    replies must never be sent in a later message's place."""
+    from regionfed.runtime.flower.warm import DroppedRuns
+
+    dropped = DroppedRuns()
+    state = FakeNodeState([])
+
+    def stopped_run(**kwargs):
+        kwargs["state"].create_task(task_type="flwr-clientapp", run_id=7)
+        return None  # flwr: "Run ID 7 is not in RUNNING status. Ignoring message"
+
+    def idle(**kwargs):
+        return None  # nothing to pull: no task made
+
+    def running(**kwargs):
+        kwargs["state"].create_task(task_type="flwr-clientapp", run_id=8)
+        return 8
+
+    for pull in (idle, running):
+        dropped.guard_pull(pull)(state=state)
+    assert dropped.runs == set()
+    dropped.guard_pull(stopped_run)(state=state)
+    assert dropped.runs == {7} and state.tasks == [8, 7]
+    assert "create_task" not in vars(state)  # the recorder is gone again
+
+
+def test_stored_replies_of_a_stopped_run_are_deleted_before_the_loop_waits():
+    from types import SimpleNamespace
+
+    from regionfed.runtime.flower.warm import DroppedRuns
+
+    dropped = DroppedRuns()
+    dropped.runs.add(7)
+    state = FakeNodeState([_reply(7, "r7", "m7"), _reply(8, "r8", "m8")])
+    store = SimpleNamespace(deleted=[], delete=lambda i: store.deleted.append(i))
+    pushed = []
+    dropped.guard_push(lambda **kwargs: pushed.append(kwargs))(state=state,
+                                                              object_store=store)
+    assert state.deleted == [("r7", "m7")] and store.deleted == ["r7"]
+    assert len(pushed) == 1  # then flwr's own step runs, for run 8's reply

@@ -90,6 +90,71 @@ def shorten_flower_waits() -> ShortSleeps:
     return loop.time
 
 
+def guard_dropped_runs() -> DroppedRuns:
+    """Install :class:`DroppedRuns` around flwr's node loop steps (this process only)."""
+    import flwr.supernode.start_client_internal as loop
+
+    dropped = DroppedRuns()
+    loop._pull_and_store_message = dropped.guard_pull(loop._pull_and_store_message)
+    loop._push_messages = dropped.guard_push(loop._push_messages)
+    return dropped
+
+
+class DroppedRuns:
+    """Keeps a warm node's replies in step after a run is stopped mid-exchange.
+
+    flwr's node loop creates a message's task *before* it has pulled the message's
+    objects; when the run stops meanwhile, the loop drops the message (no reply is
+    awaited) — but the warm worker may already have claimed the task, and its reply would
+    then sit in the node's state until the next message arrives, be sent (and ignored) in
+    that message's place, and leave the node one reply behind for good. So: a run whose
+    message the loop dropped after creating its task is *dropped*; the worker does not
+    push replies for it, and any such reply already stored is deleted before the loop
+    waits for the next one. (A message dropped for another reason already fails its run:
+    the server waits for its reply in vain.)"""
+
+    def __init__(self) -> None:
+        self.runs: set[int] = set()
+
+    def guard_pull(self, pull: Any) -> Any:
+        """``_pull_and_store_message`` that records the run of a message it dropped."""
+        def pull_and_store(**kwargs: Any) -> Any:
+            state = kwargs["state"]
+            created: list[int] = []
+            create_task = state.create_task
+
+            def recording_create_task(**task: Any) -> Any:
+                created.append(int(task["run_id"]))
+                return create_task(**task)
+
+            state.create_task = recording_create_task
+            try:
+                run_id = pull(**kwargs)
+            finally:
+                del state.create_task  # the class's method again
+            if run_id is None and created:
+                self.runs.add(created[-1])
+            return run_id
+
+        return pull_and_store
+
+    def guard_push(self, push: Any) -> Any:
+        """``_push_messages`` that first deletes stored replies of dropped runs."""
+        def push_replies(**kwargs: Any) -> Any:
+            state, store = kwargs["state"], kwargs["object_store"]
+            if self.runs:
+                stale = state.get_messages_legacy(run_ids=sorted(self.runs), is_reply=True)
+                for reply in stale:
+                    LOG.info("dropping the reply to %s of stopped run %s",
+                             reply.metadata.reply_to_message_id, reply.metadata.run_id)
+                    state.delete_messages(message_ids=[reply.metadata.message_id,
+                                                       reply.metadata.reply_to_message_id])
+                    store.delete(reply.metadata.message_id)
+            return push(**kwargs)
+
+        return push_replies
+
+
 def is_regionfed_app(fab_id: str) -> bool:
     from regionfed.runtime.flower.deployment import APP_ID
 
@@ -101,8 +166,11 @@ class WarmWorker:
     each in this process (module docstring). ``handled`` counts the tasks run."""
 
     def __init__(self, address: str, stop: threading.Event | None = None,
-                 wake: threading.Event | None = None) -> None:
+                 wake: threading.Event | None = None,
+                 dropped: DroppedRuns | None = None) -> None:
         self.address = address
+        #: runs the node loop dropped a message of: no reply is pushed for them
+        self.dropped = dropped or DroppedRuns()
         self.stop = stop or threading.Event()
         #: set by the node when a message is stored (:attr:`ShortSleeps.message_waiting`):
         #: the worker asks for its task at once instead of at its next poll
@@ -194,6 +262,9 @@ class WarmWorker:
                                       reason=details), reply_to=message)
         finally:
             try:
+                if message is not None and message.metadata.run_id in self.dropped.runs:
+                    reply = None  # the node no longer waits for it (DroppedRuns)
+                    status, details = SubStatus.FAILED, "the node dropped the message"
                 if reply is not None and context is not None:
                     push_message(client, reply, context)
             except Exception as exc:  # noqa: BLE001 - as flwr-clientapp: log, report, go on
@@ -263,7 +334,7 @@ def run_warm_node(command: list[str], address: str, state_prefix: str) -> NoRetu
     LOG.setLevel(logging.INFO)
     LOG.propagate = False
     sleeps = shorten_flower_waits()
-    worker = WarmWorker(address, wake=sleeps.message_waiting)
+    worker = WarmWorker(address, wake=sleeps.message_waiting, dropped=guard_dropped_runs())
     threading.Thread(target=worker.run, name="regionfed-warm-worker", daemon=True).start()
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
