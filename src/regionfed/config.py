@@ -111,6 +111,11 @@ class BaselinesConfig(BaseModel):
     fedtp_hyper_lr: float = Field(1e-3, gt=0)
 
 
+#: why SecAgg+ and DP are refused together (the config and the Flower driver both check)
+SECAGG_WITH_DP = ("flower.secagg.enabled: secure aggregation with DP is not supported (the "
+                  "server clips and noises individual updates); use dp.mode off")
+
+
 class SecAggConfig(BaseModel):
     """SecAgg+ per region on the Flower runtimes (runtime/flower/secagg.py; docs/flower.md,
     "Secure aggregation")."""
@@ -225,9 +230,7 @@ class RunConfig(BaseModel):
             raise ValueError("flower.secagg.enabled: secure aggregation runs between Flower "
                              "nodes (runtime flower or flower-sim), not in process")
         if self.flower.secagg.enabled and self.dp.mode != "off":
-            raise ValueError("flower.secagg.enabled: secure aggregation with DP is not "
-                             "supported (the server clips and noises individual updates); "
-                             "use dp.mode off")
+            raise ValueError(SECAGG_WITH_DP)
         return self
 
     def to_yaml(self) -> str:

@@ -160,8 +160,7 @@ def encode_fit_res(result: ClientResult):  # -> flwr.common.FitRes
     update = result.update.detach().cpu().contiguous().numpy()
     return FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update]),
                   int(result.num_examples),
-                  {"regionfed": _json(metrics, "a client result's metrics", allow_nan=True),
-                   "client_id": result.client_id})
+                  {"regionfed": _json(metrics, "a client result's metrics", allow_nan=True)})
 
 
 def fit_res_metrics(fit_res: Any) -> dict[str, Any]:

@@ -63,6 +63,12 @@ def node_config(region: str, client_index: int = 0, data: str | None = None) -> 
 WORKERS = ("warm", "fresh")
 
 
+def check_worker(worker: str, what: str = "--worker") -> str:
+    if worker not in WORKERS:
+        raise ConfigError(f"{what} must be one of {', '.join(WORKERS)}, got {worker!r}")
+    return worker
+
+
 def supernode_command(superlink: str, region: str, client_index: int = 0,
                       data: str | None = None, host: str = "127.0.0.1", port: int = 9094,
                       worker: str = "fresh") -> list[str]:
@@ -71,8 +77,7 @@ def supernode_command(superlink: str, region: str, client_index: int = 0,
     worker takes its place."""
     from regionfed.config import build_config
 
-    if worker not in WORKERS:
-        raise ConfigError(f"--worker must be one of {', '.join(WORKERS)}, got {worker!r}")
+    check_worker(worker)
     build_config({"flower": {"superlink": superlink}})  # HOST:PORT, or a clear error
     return [flower_executable("flower-supernode"), "--insecure", "--superlink", superlink,
             "--host", host, "--port", str(check_port(port, "--port")),
@@ -142,9 +147,8 @@ class LocalDeployment:
     def __init__(self, nodes: list[tuple[str, int]], folder: str | Path,
                  start_timeout_s: float = 90.0, grace_s: float = 10.0,
                  worker: str = "warm") -> None:
-        if worker not in WORKERS:
-            raise ConfigError(f"worker must be one of {', '.join(WORKERS)}, got {worker!r}")
-        self.nodes, self.folder, self.worker = list(nodes), Path(folder), worker
+        self.nodes, self.folder = list(nodes), Path(folder)
+        self.worker = check_worker(worker, "worker")
         self.start_timeout_s, self.grace_s = start_timeout_s, grace_s
         self.processes: list[subprocess.Popen] = []
         self.logs: list[Path] = []

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from regionfed.algorithms.base import GRADIENT, TRAIN, ClientResult, TrainInstruction
+from regionfed.config import SECAGG_WITH_DP
 from regionfed.errors import ConfigError
 from regionfed.runtime.flower.codec import encode_fit_ins, fit_res_metrics
 
@@ -42,9 +43,7 @@ def check_secure_aggregation(strategy: Any, dp: Any) -> None:
     """A :class:`ConfigError` unless ``strategy`` may run with SecAgg+ (module
     docstring)."""
     if dp.mode != "off":
-        raise ConfigError("flower.secagg.enabled: secure aggregation with DP is not "
-                          "supported (the server clips and noises individual updates); "
-                          "use dp.mode off")
+        raise ConfigError(SECAGG_WITH_DP)
     if not strategy.secure_aggregation:
         raise ConfigError(f"flower.secagg.enabled: {strategy.name} uses individual client "
                           "updates, which secure aggregation hides; fedavg and the "

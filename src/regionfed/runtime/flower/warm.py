@@ -9,7 +9,7 @@ process that holds
 
 * the SuperNode itself (flwr's own ``flower-supernode`` entry point, in-process, with
   ``--isolation process``: it starts no SuperExec), whose idle pulls back off from 20 ms to
-  0.5 s instead of sleeping 3 s, and whose waits on its own local state poll every 10 ms
+  0.25 s instead of sleeping 3 s, and whose waits on its own local state poll every 10 ms
   instead of 0.5 s; and
 * a :class:`WarmWorker` thread in the SuperExec's place: it claims each task from the node's
   Runtime API and runs it as ``flwr-clientapp`` would (pull the task input, run the
@@ -177,9 +177,6 @@ class WarmWorker:
         self.wake = wake or threading.Event()
         self.handled = 0
 
-    def _pause(self, seconds: float) -> None:
-        self.wake.wait(seconds)
-
     def _client(self, component: str, token: str | None = None) -> Any:
         from flwr.supercore.interceptors import (
             RuntimeTokenHttpInterceptor,
@@ -204,7 +201,7 @@ class WarmWorker:
         from flwr.supercore.constant import TaskType
 
         client = self._client("SuperExec")
-        backoff = Backoff(TASK_FIRST_S, TASK_LONGEST_S, sleep=self._pause)
+        backoff = Backoff(TASK_FIRST_S, TASK_LONGEST_S, sleep=self.wake.wait)
         request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
         try:
             while not self.stop.is_set():
