@@ -75,6 +75,9 @@ class RegionFedPlus(Strategy):
         #: accumulated per-coordinate noise variance of each region's offset, per block
         self.noise_var: dict[str, list[float]] = {}
         self.factors: dict[str, list[float]] = {}
+        #: θ_r of every region for the current θ, offsets and factors (:meth:`_serve`): a
+        #: served model is read once per client in evaluation, thousands of times a round
+        self.served: dict[str, torch.Tensor] = {}
         self.part: torch.Tensor | None = None
         self.blocks: list[torch.Tensor] = []
 
@@ -92,10 +95,20 @@ class RegionFedPlus(Strategy):
         self.offsets = {r: torch.zeros_like(init_params) for r in view.regions}
         self.noise_var = {r: [0.0] * len(self.blocks) for r in view.regions}
         self.factors = {r: [1.0] * len(self.blocks) for r in view.regions}
+        self._serve()
 
     # -- server side ---------------------------------------------------------------------
     def regional_params(self, region: str) -> torch.Tensor:
-        """θ_r = θ + Σ_b α_{r,b}·a_{r,b} (θ where the region has no offset yet)."""
+        """θ_r = θ + Σ_b α_{r,b}·a_{r,b} (θ where the region has no offset yet); the
+        served model of the current state, computed once per state (:meth:`_serve`)."""
+        served = self.served.get(region)
+        return served if served is not None else self._served_model(region)
+
+    def _serve(self) -> None:
+        """Recompute every region's served model; called wherever θ, a_r or α_r change."""
+        self.served = {r: self._served_model(r) for r in self.offsets}
+
+    def _served_model(self, region: str) -> torch.Tensor:
         offset = self.offsets.get(region)
         if offset is None:
             return self.params
@@ -135,6 +148,7 @@ class RegionFedPlus(Strategy):
                                       for v, a in zip(self.noise_var[region], added, strict=True)]
         if self.config.shrinkage:
             self.factors = shrinkage_factors(self.offsets, self.noise_var, self.blocks)
+        self._serve()
         return {"clients": len(results), "update_norm": float(global_mean.norm()),
                 "alpha": {r: float(np.mean(f)) for r, f in self.factors.items()},
                 "offset_norm": {r: float(a.norm()) for r, a in self.offsets.items()}}
