@@ -136,7 +136,8 @@ def test_simulated_run_with_sgd(tiny_federation, tiny_task):
     strategy = RecordingScaffold()
     run = sim.run(strategy)
     assert torch.isfinite(run.final_params).all() and torch.isfinite(strategy.control).all()
-    assert run.history[0]["client_batching"] == "sequential (scaffold has its own client step)"
+    assert run.history[0]["client_batching"] == \
+        "sequential (scaffold's client step trains with a custom extra loss)"
     assert mean_val_loss(run.final_params) < mean_val_loss(init)
     # round 1 (c = c_i = 0): c_i = Δ_i/(K η_l), with K (counted by the correction term) equal
     # to local_epochs × steps_per_epoch of real mini-batch training

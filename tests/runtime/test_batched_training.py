@@ -222,3 +222,40 @@ def test_unstackable_batches_raise_type_error(tiny_task, clients, starts, monkey
                             generators=_gens()[:2])
     with pytest.raises(TypeError, match="can't be stacked"):
         mean_gradients_batched(tiny_task, model, starts[:2], clients[:2], BATCH)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_a_proximal_term_trains_as_the_sequential_extra_loss(tiny_task, clients, starts, name):
+    """(μ/2)‖θ − a‖² per client (Ditto's personal step, FedProx): batched = train_local with
+    the Proximal extra loss, rows without a term train plainly; a strong μ keeps θ near a."""
+    from regionfed.algorithms.base import Proximal
+
+    config = OPTIMIZERS[name]
+    model = tiny_task.build_model(0)
+    anchors = [get_flat(tiny_task.build_model(100 + k)) for k in range(len(SIZES))]
+    mus = [0.5, None, 5.0, 0.1, 50.0, 1.0, 2.0]
+    terms = [None if mu is None else Proximal(a, mu) for a, mu in zip(anchors, mus,
+                                                                      strict=True)]
+    sequential = [train_local(tiny_task, model, start, prepared, epochs=2, batch_size=BATCH,
+                              optimizer=config, generator=gen, extra_loss=term)
+                  for start, prepared, gen, term in zip(starts, clients, _gens(), terms,
+                                                        strict=True)]
+    batched = train_local_batched(
+        tiny_task, model, starts, clients, epochs=2, batch_size=BATCH, optimizer=config,
+        generators=_gens(), max_clients=3,
+        proximal=[None if t is None else (t.anchor, t.mu) for t in terms])
+    plain = train_local_batched(tiny_task, model, starts, clients, epochs=2, batch_size=BATCH,
+                                optimizer=config, generators=_gens(), max_clients=3)
+    noise_only = [s for n, s in parameter_slices(model).items() if "k_proj.bias" in n]
+    steps = 2 * -(-max(SIZES) // BATCH)
+    for k, ((want, want_loss), (got, got_loss)) in enumerate(zip(sequential, batched,
+                                                                 strict=True)):
+        assert got_loss == pytest.approx(want_loss, rel=1e-5, abs=1e-6)  # the term included
+        assert_trained_alike(got, want, optimizer=config, steps=steps, noise_only=noise_only)
+        if mus[k] is None or SIZES[k] == 0:
+            torch.testing.assert_close(got, plain[k][0])
+        else:  # the term pulled θ towards its anchor
+            assert (got - anchors[k]).norm() < (plain[k][0] - anchors[k]).norm()
+    with pytest.raises(ValueError, match="proximal terms"):
+        train_local_batched(tiny_task, model, starts, clients, epochs=1, batch_size=BATCH,
+                            optimizer=config, generators=_gens(), proximal=[None, terms[0]])

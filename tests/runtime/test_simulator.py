@@ -111,7 +111,8 @@ def test_one_member_ensemble_evaluates_like_its_member(tiny_federation, tiny_tas
         Ensemble((params,), (-1.0,))
 
 
-@pytest.mark.parametrize("method", ["fedavg", "regionfed-meta", "regionfed-interp"])
+@pytest.mark.parametrize("method", ["fedavg", "regionfed-meta", "regionfed-interp", "local",
+                                    "fedprox", "ditto", "regionfed-plus"])
 def test_batched_clients_give_the_sequential_result(tiny_federation, tiny_task, method):
     from regionfed.algorithms.registry import build_strategy
     from regionfed.config import RunConfig
@@ -149,9 +150,16 @@ def test_batching_on_an_accelerator_is_opt_in(tiny_federation, tiny_task):
     assert modes["off", "cpu"] == modes["off", "cuda"] == "sequential (client_batching off)"
 
 
-def test_a_custom_client_step_runs_sequentially(tiny_federation, tiny_task):
+def test_a_client_step_whose_calls_cannot_be_batched_says_why(tiny_federation, tiny_task):
+    """FedBABU trains its body with the head frozen (a mask): one by one, and the log says
+    so; local training (its own step, plain calls) batches."""
+    from regionfed.algorithms.fedbabu import FedBABU
+
+    history = Simulator(tiny_federation, tiny_task, FAST, seed=0).run(FedBABU()).history
+    assert history[0]["client_batching"] == \
+        "sequential (fedbabu's client step trains with a frozen mask)"
     history = Simulator(tiny_federation, tiny_task, FAST, seed=0).run(LocalOnly()).history
-    assert history[0]["client_batching"] == "sequential (local has its own client step)"
+    assert history[0]["client_batching"] == "batched"
 
 
 def test_a_run_keeps_each_regions_model_where_it_differs_from_the_global(tiny_federation,

@@ -136,6 +136,29 @@ class Ensemble:
             raise ValueError(f"ensemble weights must be ≥ 0 and not all 0: {self.weights}")
 
 
+def flat_parameters(model: torch.nn.Module) -> torch.Tensor:
+    """All parameters as one vector in flat order, differentiable (for loss terms)."""
+    return torch.cat([p.reshape(-1) for p in model.parameters()])
+
+
+class Proximal:
+    """The extra loss ``model ↦ (μ/2)·‖θ(model) − anchor‖²`` over all parameters (flat
+    order): FedProx's proximal term (Li et al. 2020, Eq. 2) and Ditto's personal objective.
+    Callable like any ``extra_loss``; a runtime that trains many clients at once recognizes
+    it and adds its gradient μ(θ − anchor) itself (:meth:`ClientContext.train`)."""
+
+    def __init__(self, anchor: torch.Tensor, mu: float) -> None:
+        self.anchor = anchor
+        self.mu = mu
+        self._placed = {anchor.device: anchor}  # the anchor on the model's device, copied once
+
+    def __call__(self, model: torch.nn.Module) -> torch.Tensor:
+        theta = flat_parameters(model)
+        if theta.device not in self._placed:
+            self._placed[theta.device] = self.anchor.to(theta.device)
+        return 0.5 * self.mu * (theta - self._placed[theta.device]).pow(2).sum()
+
+
 class ClientContext(Protocol):
     """A client as seen by strategy code running on it (supplied by the runtime)."""
 
@@ -150,10 +173,12 @@ class ClientContext(Protocol):
               mixing: tuple[float, torch.Tensor] | None = None,
               max_steps: int | None = None) -> tuple[torch.Tensor, float]:
         """Local training from ``start`` (loss + ``extra_loss(model)`` if given); returns
-        (new params, mean training loss). ``stream`` names the shuffling stream, so a second
-        model trained on the device draws its own batches. ``trainable`` (bool mask) freezes
-        the other entries bit for bit; ``mixing = (a, b)`` trains θ of a model that computes
-        with ``a·θ + b``; ``max_steps`` caps the optimizer steps."""
+        (new params, mean training loss). An ``extra_loss`` that is a :class:`Proximal`
+        lets the in-process runtime train this call batched with other clients' calls.
+        ``stream`` names the shuffling stream, so a second model trained on the device
+        draws its own batches. ``trainable`` (bool mask) freezes the other entries bit for
+        bit; ``mixing = (a, b)`` trains θ of a model that computes with ``a·θ + b``;
+        ``max_steps`` caps the optimizer steps."""
 
     def steps_per_epoch(self) -> int:
         """Optimizer steps of one local epoch (⌈n / batch size⌉)."""

@@ -11,30 +11,15 @@ The proximal term is added to the client's mini-batch loss at every local step.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from regionfed.algorithms.base import ClientContext, ClientResult, TrainInstruction
+from regionfed.algorithms.base import ClientContext, ClientResult, Proximal, TrainInstruction
 from regionfed.algorithms.fedavg import FedAvg
 from regionfed.errors import ConfigError
 
 
-def flat_parameters(model: nn.Module) -> torch.Tensor:
-    """All parameters as one vector in flat order, differentiable (for loss terms)."""
-    return torch.cat([p.reshape(-1) for p in model.parameters()])
-
-
-def proximal_term(anchor: torch.Tensor, mu: float):
+def proximal_term(anchor: torch.Tensor, mu: float) -> Proximal:
     """``model ↦ (μ/2)·‖θ(model) − anchor‖²`` over all parameters (flat order)."""
-
-    placed = {anchor.device: anchor}  # the anchor on the model's device, copied once
-
-    def term(model: nn.Module) -> torch.Tensor:
-        theta = flat_parameters(model)
-        if theta.device not in placed:
-            placed[theta.device] = anchor.to(theta.device)
-        return 0.5 * mu * (theta - placed[theta.device]).pow(2).sum()
-
-    return term
+    return Proximal(anchor, mu)
 
 
 class FedProx(FedAvg):

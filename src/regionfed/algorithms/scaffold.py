@@ -72,9 +72,9 @@ from regionfed.algorithms.base import (
     ClientResult,
     FederationView,
     TrainInstruction,
+    flat_parameters,
 )
 from regionfed.algorithms.fedavg import FedAvg
-from regionfed.algorithms.fedprox import flat_parameters
 from regionfed.errors import ConfigError
 from regionfed.privacy.mechanism import clip_update
 

@@ -283,6 +283,24 @@ def _stacked_on(device: torch.device, batches: Sequence[Batch | None],
     return to_device(batch, device), active.to(device)
 
 
+def _proximal_rows(proximal: Sequence[tuple[torch.Tensor, float] | None] | None, k: int,
+                   total: int, device: torch.device
+                   ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(anchors (K, P), μ (K,))`` on ``device`` (zero rows where a client has no term), or
+    ``(None, None)`` when no client has one."""
+    if proximal is None or all(p is None for p in proximal):
+        return None, None
+    if len(proximal) != k:
+        raise ValueError(f"{k} clients but {len(proximal)} proximal terms")
+    anchors = torch.zeros(k, total, device=device)
+    mus = torch.zeros(k, device=device)
+    for i, term in enumerate(proximal):
+        if term is not None:
+            anchors[i] = term[0].reshape(-1).to(device, torch.float32)
+            mus[i] = term[1]
+    return anchors, mus
+
+
 def _live_rows(batches: Sequence[Batch | None]) -> slice:
     """The rows to compute: from the first client that still has a batch on, when every
     client after it has one too (clients sorted by step count finish shortest first, so
@@ -329,6 +347,7 @@ def train_local_batched(task: Task, model: nn.Module,
                         prepared: Sequence[Any], *, epochs: int | Sequence[int],
                         batch_size: int, optimizer: OptimizerConfig,
                         generators: Sequence[torch.Generator], max_clients: int = 64,
+                        proximal: Sequence[tuple[torch.Tensor, float] | None] | None = None,
                         ) -> list[tuple[torch.Tensor, float]]:
     """:func:`~regionfed.runtime.local_training.train_local` for ``K`` clients at once.
 
@@ -340,6 +359,10 @@ def train_local_batched(task: Task, model: nn.Module,
     batch_size=batch_size, optimizer=optimizer, generator=generators[k])`` returns, up to
     float summation order. Clients are trained in chunks of at most ``max_clients`` (memory
     ∝ chunk × parameters), grouped by step count so that few steps are padding.
+
+    ``proximal[k] = (a_k, μ_k)`` adds (μ_k/2)·‖θ_k − a_k‖² to client ``k``'s loss (its
+    gradient μ_k(θ_k − a_k) to the step; ``train_local`` with a
+    :class:`~regionfed.algorithms.base.Proximal` extra loss); ``None`` rows train plainly.
 
     Raises ``TypeError`` if the task's batches can't be stacked and
     :class:`~regionfed.errors.NumericalError` on a non-finite loss of an active client.
@@ -355,6 +378,7 @@ def train_local_batched(task: Task, model: nn.Module,
     layout = ParamLayout.of(model)
     device = device_of(model)  # the computation runs where the model is
     matrix = _as_matrix(starts, k, layout.total).to(device)
+    anchors, mus = _proximal_rows(proximal, k, layout.total, device)
     deterministic(device)
     model.train()
     step_fn = _per_client_grad(task, model, scaled=False)
@@ -377,6 +401,8 @@ def train_local_batched(task: Task, model: nn.Module,
         if not distinct:
             streams = [iter(list(s)) for s in streams]
         flat = matrix[chunk]  # a copy (list index)
+        if anchors is not None:
+            chunk_anchors, chunk_mus = anchors[chunk], mus[chunk]
         state = init_batched_optimizer(optimizer, {"flat": flat})
         totals = torch.zeros(len(chunk), dtype=torch.float64, device=device)
         while True:
@@ -388,14 +414,18 @@ def train_local_batched(task: Task, model: nn.Module,
             batch, active = _stacked_on(device, batches[live], fill)
             grads, losses = step_fn(unflatten_stacked(layout, flat[live]), batch)
             losses = losses.detach()
+            grads = flatten_stacked(layout, grads)
+            if anchors is not None:  # (μ/2)‖θ − a‖²: loss and gradient μ(θ − a) per row
+                mu, diff = chunk_mus[live], flat[live] - chunk_anchors[live]
+                grads = grads + mu[:, None] * diff
+                losses = losses + 0.5 * mu * diff.pow(2).sum(dim=1)
             bad = active & ~torch.isfinite(losses)
             if bool(bad.any()):
                 which = chunk[live.start + int(bad.nonzero()[0, 0])]
                 raise NumericalError(f"local training produced a non-finite loss "
                                      f"({float(losses[bad][0])}) for client {which}")
-            batched_optimizer_step(optimizer, {"flat": flat[live]},
-                                   {"flat": flatten_stacked(layout, grads)}, state.rows(live),
-                                   active)
+            batched_optimizer_step(optimizer, {"flat": flat[live]}, {"flat": grads},
+                                   state.rows(live), active)
             totals[live] += torch.where(active, losses.to(torch.float64), 0.0)
         counts = state.step.clamp(min=1).to(torch.float64)
         for row, i in enumerate(chunk):

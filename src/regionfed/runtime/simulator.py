@@ -7,13 +7,14 @@ end) all clients are evaluated on their validation split with the model the stra
 assigns them. The final models are scored on every client's test split.
 
 Client batching (``training.client_batching``: ``auto`` on the CPU, ``on`` on any device):
-before an exchange is handed to the
-strategy's client code, the simulator computes every plain ``train`` (no extra loss, from
-the instruction's parameters) and every ``gradient`` of the exchange as one batched
-computation (:mod:`.batched_training`) and gives each client its result; the client code then
-runs unchanged and finds its answer ready. Results equal the sequential loop up to float
-summation order (tested). Strategies whose client step is custom, and tasks whose batches
-can't be stacked, run sequentially; every round's log says which (``client_batching``).
+the client steps of a window of ``max_batched_clients`` sampled clients run in lockstep
+(:mod:`.lockstep`), so every client's ``train`` (plain or with a
+:class:`~regionfed.algorithms.base.Proximal` term) and ``gradient`` call is computed in one
+batched computation per kind (:mod:`.batched_training`) — FedAvg's single step and Ditto's or
+regionfed-plus's two trainings alike, with the strategies' code unchanged. Results equal the
+sequential loop up to float summation order (tested). Calls that cannot be batched (a frozen
+mask, a mixture, a step cap, another extra loss) and tasks whose batches can't be stacked run
+one by one; every round's log says which (``client_batching``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -31,8 +33,6 @@ from torch import nn
 
 from regionfed.algorithms.base import (
     EVALUATE,
-    GRADIENT,
-    TRAIN,
     ClientResult,
     Ensemble,
     FederationView,
@@ -54,6 +54,14 @@ from regionfed.runtime.local_training import (
     mean_gradient,
     steps_per_epoch,
     train_local,
+)
+from regionfed.runtime.lockstep import (
+    GRADIENT_CALL,
+    TRAIN_CALL,
+    Lockstep,
+    ParkedCall,
+    active_lockstep,
+    why_not_batchable,
 )
 from regionfed.runtime.params import declared_blocks, get_flat, set_flat
 from regionfed.runtime.round_checkpoint import RoundCheckpoints
@@ -92,10 +100,6 @@ class SimulatedClient:
     runner: ClientRunner
     state: dict[str, Any] = field(default_factory=dict)
     train_calls: dict[str, int] = field(default_factory=dict)  # per shuffling stream
-    #: results the runner computed in a batch for this client's next train / gradient call,
-    #: keyed by the identity of the start parameters (and the epochs)
-    ready_train: tuple[int, int, tuple[torch.Tensor, float]] | None = None
-    ready_gradient: tuple[int, torch.Tensor] | None = None
 
     def next_generator(self, stream: str = "main") -> torch.Generator:
         """The shuffling generator of this client's next local training on ``stream`` (one
@@ -116,15 +120,14 @@ class SimulatedClient:
               max_steps: int | None = None) -> tuple[torch.Tensor, float]:
         r = self.runner
         epochs = epochs or r.training.local_epochs
-        ready, self.ready_train = self.ready_train, None
-        plain = extra_loss is None and stream == "main" and trainable is None \
-            and mixing is None and max_steps is None
-        if ready is not None and plain and ready[:2] == (id(start), epochs):
-            return ready[2]
-        if ready is not None:  # the batch guessed wrong: keep the sequential stream intact
-            raise RuntimeError(f"client {self.client_id}: a batched result was prepared for "
-                               "a different train call")
         generator = self.next_generator(stream)
+        lockstep = active_lockstep()
+        if lockstep is not None:  # trained with the other clients' calls, when it can be
+            why_not = why_not_batchable(extra_loss, trainable, mixing, max_steps)
+            if why_not is None:
+                return lockstep.park(TRAIN_CALL, self, start=start, epochs=epochs,
+                                     generator=generator, extra_loss=extra_loss)
+            lockstep.note_one_by_one(why_not)
         return train_local(r.task, r.model, start, self.prepared_train,
                            epochs=epochs,
                            batch_size=r.training.batch_size, optimizer=r.training.optimizer,
@@ -144,9 +147,9 @@ class SimulatedClient:
         return self.runner.training.local_epochs
 
     def gradient(self, params: torch.Tensor) -> torch.Tensor:
-        ready, self.ready_gradient = self.ready_gradient, None
-        if ready is not None and ready[0] == id(params):
-            return ready[1]
+        lockstep = active_lockstep()
+        if lockstep is not None:
+            return lockstep.park(GRADIENT_CALL, self, params=params)
         r = self.runner
         return mean_gradient(r.task, r.model, params, self.prepared_train,
                              r.training.batch_size)
@@ -272,9 +275,22 @@ class Simulator:
                     "client_batching=on)")
         if self.task.batch_fill_values is None:
             return f"sequential ({type(self.task).__name__} batches can't be stacked)"
-        if type(strategy).client_train is not Strategy.client_train:
-            return f"sequential ({strategy.name} has its own client step)"
         return "batched"
+
+    @staticmethod
+    def round_batching(mode: str, strategy: str, lockstep: Counter[str],
+                       one_by_one: Counter[str]) -> str:
+        """The round log's ``client_batching``: the run's :meth:`batching_mode`, qualified
+        by the round's calls (``lockstep``: calls computed together; ``one_by_one``: calls
+        a client step made that could not be batched, by reason)."""
+        if mode != "batched" or not one_by_one:
+            return mode
+        reasons = ", ".join(sorted(one_by_one))
+        if not lockstep:
+            return f"sequential ({strategy}'s client step trains with {reasons})"
+        total = sum(one_by_one.values()) + sum(lockstep.values())
+        return (f"partly batched ({sum(one_by_one.values())} of {total} calls one by one: "
+                f"{reasons})")
 
     def _drive_round(self, strategy: Strategy, rnd: int
                      ) -> tuple[dict[str, Any], list[float]]:
@@ -284,6 +300,7 @@ class Simulator:
         round_start = time.perf_counter()
         seconds: dict[str, float] = {}
         batched_mode = self.batching_mode(strategy) == "batched"
+        self.round_calls = (Counter(), Counter())  # (batched, one by one) for the round log
         faults = round_faults(list(self.clients), self.training.dropout,
                               self.training.stragglers, self.seed, rnd)
         rejected: dict[str, str] = {}
@@ -302,11 +319,9 @@ class Simulator:
             window = self.training.max_batched_clients if batched_mode else len(todo) or 1
             for lo in range(0, len(todo), window):
                 part = todo[lo:lo + window]
-                if batched_mode:
-                    self._prepare_batched([instructions[i] for i in part])
-                for i in part:
-                    client_id = instructions[i].client_id
-                    result = strategy.handle(instructions[i], self.clients[client_id])
+                replies = self._handle_window(strategy, [instructions[i] for i in part],
+                                              batched_mode)
+                for i, result in zip(part, replies, strict=True):
                     if screen(result, dim, rnd, rejected):
                         results[i] = result
             kinds = "+".join(sorted({ins.kind + ("-score" if ins.config.get("score") else "")
@@ -329,35 +344,54 @@ class Simulator:
                     log["faults"] = entry
                 return log, first
 
+    def _handle_window(self, strategy: Strategy, window: list[TrainInstruction],
+                       batched: bool) -> list[ClientResult]:
+        """Every instruction of the window carried out by its client (:meth:`Strategy.handle`);
+        batched, the client steps run in lockstep (:mod:`.lockstep`) so that their training
+        and gradient calls are computed together — unless a client appears twice (its calls
+        must stay in the sequential order)."""
+        steps = [partial(strategy.handle, ins, self.clients[ins.client_id]) for ins in window]
+        if not batched or len(window) < 2 \
+                or len({ins.client_id for ins in window}) != len(window):
+            return [step() for step in steps]
+        lockstep = Lockstep(self._compute_parked)
+        replies = lockstep.run(steps)
+        self.round_calls[0].update(lockstep.batched)
+        self.round_calls[1].update(lockstep.one_by_one)
+        return replies
+
     def _batchable(self, instruction: TrainInstruction) -> bool:
         """Only clients with data are computed in a batch (not, e.g., an audit's canaries)."""
         return isinstance(self.clients[instruction.client_id], SimulatedClient)
 
-    def _prepare_batched(self, instructions: list[TrainInstruction]) -> None:
-        """Compute the exchange's plain ``train`` and ``gradient`` instructions as batched
-        computations and leave each result with its client (see the module docstring)."""
-        instructions = [ins for ins in instructions if self._batchable(ins)]
-        train = [ins for ins in instructions if ins.kind == TRAIN]
-        if len({ins.client_id for ins in train}) == len(train) > 1:
-            clients = [self.clients[ins.client_id] for ins in train]
-            epochs = [ins.config.get("epochs") or self.training.local_epochs for ins in train]
-            outputs = train_local_batched(
-                self.task, self.model, [ins.params for ins in train],
-                [c.prepared_train for c in clients], epochs=epochs,
-                batch_size=self.training.batch_size, optimizer=self.training.optimizer,
-                generators=[c.next_generator() for c in clients],
-                max_clients=self.training.max_batched_clients)
-            for ins, client, e, out in zip(train, clients, epochs, outputs, strict=True):
-                client.ready_train = (id(ins.params), e, out)
-        grads = [ins for ins in instructions if ins.kind == GRADIENT]
-        if len({ins.client_id for ins in grads}) == len(grads) > 1:
-            clients = [self.clients[ins.client_id] for ins in grads]
-            outputs = mean_gradients_batched(
-                self.task, self.model, [ins.params for ins in grads],
+    def _compute_parked(self, kind: str, calls: list[ParkedCall]) -> list[Any]:
+        """The parked calls of one kind (:mod:`.lockstep`): ``train`` as
+        :func:`train_local_batched`, ``gradient`` as :func:`mean_gradients_batched`; a
+        single call as the sequential loop computes it."""
+        clients = [call.client for call in calls]
+        if kind == GRADIENT_CALL:
+            if len(calls) == 1:
+                return [mean_gradient(self.task, self.model, calls[0].args["params"],
+                                      clients[0].prepared_train, self.training.batch_size)]
+            return mean_gradients_batched(
+                self.task, self.model, [call.args["params"] for call in calls],
                 [c.prepared_train for c in clients], self.training.batch_size,
                 max_clients=self.training.max_batched_clients)
-            for ins, client, grad in zip(grads, clients, outputs, strict=True):
-                client.ready_gradient = (id(ins.params), grad)
+        args = [call.args for call in calls]
+        if len(calls) == 1:
+            a = args[0]
+            return [train_local(self.task, self.model, a["start"], clients[0].prepared_train,
+                                epochs=a["epochs"], batch_size=self.training.batch_size,
+                                optimizer=self.training.optimizer, generator=a["generator"],
+                                extra_loss=a["extra_loss"])]
+        return train_local_batched(
+            self.task, self.model, [a["start"] for a in args],
+            [c.prepared_train for c in clients], epochs=[a["epochs"] for a in args],
+            batch_size=self.training.batch_size, optimizer=self.training.optimizer,
+            generators=[a["generator"] for a in args],
+            max_clients=self.training.max_batched_clients,
+            proximal=[None if a["extra_loss"] is None else
+                      (a["extra_loss"].anchor, a["extra_loss"].mu) for a in args])
 
     def _shared_validation_losses(self, instructions: list[TrainInstruction]
                                   ) -> dict[int, ClientResult]:
@@ -431,7 +465,8 @@ class Simulator:
         def one_round(rnd: int) -> tuple[dict[str, Any], list[float]]:
             self.current_round = rnd
             log, losses = self._drive_round(strategy, rnd)
-            return {**log, "client_batching": mode}, losses
+            batching = self.round_batching(mode, strategy.name, *self.round_calls)
+            return {**log, "client_batching": batching}, losses
 
         return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
                             ledger, first_round=first_round, history=history,
