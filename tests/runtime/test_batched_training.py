@@ -9,6 +9,7 @@ from helpers import assert_trained_alike
 from regionfed.errors import NumericalError
 from regionfed.models.query_task import IGNORE
 from regionfed.runtime.batched_training import (
+    ClientOptions,
     batched_optimizer_step,
     init_batched_optimizer,
     mean_gradients_batched,
@@ -243,7 +244,8 @@ def test_a_proximal_term_trains_as_the_sequential_extra_loss(tiny_task, clients,
     batched = train_local_batched(
         tiny_task, model, starts, clients, epochs=2, batch_size=BATCH, optimizer=config,
         generators=_gens(), max_clients=3,
-        proximal=[None if t is None else (t.anchor, t.mu) for t in terms])
+        options=[None if t is None else ClientOptions(proximal=(t.anchor, t.mu))
+                 for t in terms])
     plain = train_local_batched(tiny_task, model, starts, clients, epochs=2, batch_size=BATCH,
                                 optimizer=config, generators=_gens(), max_clients=3)
     noise_only = [s for n, s in parameter_slices(model).items() if "k_proj.bias" in n]
@@ -256,6 +258,52 @@ def test_a_proximal_term_trains_as_the_sequential_extra_loss(tiny_task, clients,
             torch.testing.assert_close(got, plain[k][0])
         else:  # the term pulled θ towards its anchor
             assert (got - anchors[k]).norm() < (plain[k][0] - anchors[k]).norm()
-    with pytest.raises(ValueError, match="proximal terms"):
+    with pytest.raises(ValueError, match="client options"):
         train_local_batched(tiny_task, model, starts, clients, epochs=1, batch_size=BATCH,
-                            optimizer=config, generators=_gens(), proximal=[None, terms[0]])
+                            optimizer=config, generators=_gens(), options=[None, None])
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_masks_mixtures_and_step_caps_train_as_the_sequential_loop(tiny_task, clients, starts,
+                                                                     name):
+    """FedBABU/FedRep's frozen masks, APFL's mixture s·θ + b (with a proximal term on one
+    client), pFedMe's step cap: each client of one batch with its own options equals
+    train_local with the same options; frozen entries come back bit for bit."""
+    from regionfed.algorithms.base import Proximal
+
+    config = OPTIMIZERS[name]
+    model = tiny_task.build_model(0)
+    total = starts[0].numel()
+    head = torch.zeros(total, dtype=torch.bool)
+    head[-total // 5:] = True
+    other = get_flat(tiny_task.build_model(50))
+    anchor = get_flat(tiny_task.build_model(60))
+    options = [dict(trainable=head), dict(trainable=~head),
+               dict(mixing=(0.3, 0.7 * other)), dict(max_steps=2),
+               dict(mixing=(0.6, 0.4 * other), extra_loss=Proximal(anchor, 2.0)),
+               dict(max_steps=1, trainable=~head), {}]
+    sequential = [train_local(tiny_task, model, start, prepared, epochs=2, batch_size=BATCH,
+                              optimizer=config, generator=gen, **o)
+                  for start, prepared, gen, o in zip(starts, clients, _gens(), options,
+                                                     strict=True)]
+    batched = train_local_batched(
+        tiny_task, model, starts, clients, epochs=2, batch_size=BATCH, optimizer=config,
+        generators=_gens(), max_clients=4,
+        options=[ClientOptions(proximal=(o["extra_loss"].anchor, o["extra_loss"].mu)
+                               if "extra_loss" in o else None,
+                               trainable=o.get("trainable"), mixing=o.get("mixing"),
+                               max_steps=o.get("max_steps")) for o in options])
+    noise_only = [s for n, s in parameter_slices(model).items() if "k_proj.bias" in n]
+    for k, ((want, want_loss), (got, got_loss)) in enumerate(zip(sequential, batched,
+                                                                 strict=True)):
+        assert got_loss == pytest.approx(want_loss, rel=1e-5, abs=1e-6)
+        assert_trained_alike(got, want, optimizer=config, steps=2 * -(-max(SIZES) // BATCH),
+                             noise_only=noise_only)
+        if "trainable" in options[k]:
+            frozen = ~options[k]["trainable"]
+            assert torch.equal(got[frozen], starts[k][frozen])
+            assert not torch.equal(got[~frozen], starts[k][~frozen])
+    # the cap: 2 steps from the same batches as the sequential loop, fewer than uncapped
+    uncapped = train_local(tiny_task, model, starts[3], clients[3], epochs=2, batch_size=BATCH,
+                           optimizer=config, generator=_gens()[3])
+    assert not torch.allclose(uncapped[0], batched[3][0])

@@ -112,7 +112,8 @@ def test_one_member_ensemble_evaluates_like_its_member(tiny_federation, tiny_tas
 
 
 @pytest.mark.parametrize("method", ["fedavg", "regionfed-meta", "regionfed-interp", "local",
-                                    "fedprox", "ditto", "regionfed-plus"])
+                                    "fedprox", "ditto", "regionfed-plus", "fedbabu", "fedrep",
+                                    "apfl", "pfedme"])
 def test_batched_clients_give_the_sequential_result(tiny_federation, tiny_task, method):
     from regionfed.algorithms.registry import build_strategy
     from regionfed.config import RunConfig
@@ -151,15 +152,31 @@ def test_batching_on_an_accelerator_is_opt_in(tiny_federation, tiny_task):
 
 
 def test_a_client_step_whose_calls_cannot_be_batched_says_why(tiny_federation, tiny_task):
-    """FedBABU trains its body with the head frozen (a mask): one by one, and the log says
-    so; local training (its own step, plain calls) batches."""
+    """SCAFFOLD's correction is an extra loss the batched trainer does not know: one by one,
+    and the log says so; FedBABU (a frozen mask) and local training (its own step) batch."""
     from regionfed.algorithms.fedbabu import FedBABU
+    from regionfed.algorithms.scaffold import Scaffold
 
-    history = Simulator(tiny_federation, tiny_task, FAST, seed=0).run(FedBABU()).history
-    assert history[0]["client_batching"] == \
-        "sequential (fedbabu's client step trains with a frozen mask)"
-    history = Simulator(tiny_federation, tiny_task, FAST, seed=0).run(LocalOnly()).history
-    assert history[0]["client_batching"] == "batched"
+    def first_round(strategy):
+        sim = Simulator(tiny_federation, tiny_task, FAST, seed=0)
+        return sim.run(strategy).history[0]["client_batching"]
+
+    assert first_round(Scaffold()) == \
+        "sequential (scaffold's client step trains with a custom extra loss)"
+    assert first_round(FedBABU()) == first_round(LocalOnly()) == "batched"
+
+
+def test_the_round_log_says_how_much_was_batched():
+    from collections import Counter
+
+    say = Simulator.round_batching
+    assert say("batched", "x", Counter(train=8), Counter()) == "batched"
+    assert say("sequential (client_batching off)", "x", Counter(), Counter()) \
+        == "sequential (client_batching off)"
+    assert say("batched", "ditto", Counter(train=6), Counter({"a custom extra loss": 2})) \
+        == "partly batched (2 of 8 calls one by one: a custom extra loss)"
+    assert say("batched", "scaffold", Counter(), Counter({"a custom extra loss": 3})) \
+        == "sequential (scaffold's client step trains with a custom extra loss)"
 
 
 def test_a_run_keeps_each_regions_model_where_it_differs_from_the_global(tiny_federation,

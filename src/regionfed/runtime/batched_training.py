@@ -283,22 +283,61 @@ def _stacked_on(device: torch.device, batches: Sequence[Batch | None],
     return to_device(batch, device), active.to(device)
 
 
-def _proximal_rows(proximal: Sequence[tuple[torch.Tensor, float] | None] | None, k: int,
-                   total: int, device: torch.device
-                   ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(anchors (K, P), μ (K,))`` on ``device`` (zero rows where a client has no term), or
-    ``(None, None)`` when no client has one."""
-    if proximal is None or all(p is None for p in proximal):
-        return None, None
-    if len(proximal) != k:
-        raise ValueError(f"{k} clients but {len(proximal)} proximal terms")
-    anchors = torch.zeros(k, total, device=device)
-    mus = torch.zeros(k, device=device)
-    for i, term in enumerate(proximal):
-        if term is not None:
-            anchors[i] = term[0].reshape(-1).to(device, torch.float32)
-            mus[i] = term[1]
-    return anchors, mus
+@dataclass(frozen=True)
+class ClientOptions:
+    """One client's variations of the local step, as :func:`train_local`'s options (all off
+    by default): ``proximal = (a, μ)`` adds (μ/2)·‖θ − a‖² to the loss (a
+    :class:`~regionfed.algorithms.base.Proximal` extra loss); ``trainable`` (bool mask)
+    freezes the other entries bit for bit; ``mixing = (s, b)``: the model computes with
+    s·θ + b; ``max_steps`` caps the optimizer steps."""
+
+    proximal: tuple[torch.Tensor, float] | None = None
+    trainable: torch.Tensor | None = None
+    mixing: tuple[float, torch.Tensor] | None = None
+    max_steps: int | None = None
+
+
+@dataclass
+class _OptionRows:
+    """The options of ``K`` clients as stacked rows on the device; ``None`` where no client
+    uses an option (it then costs nothing)."""
+
+    anchors: torch.Tensor | None = None  # (K, P)
+    mus: torch.Tensor | None = None  # (K,)
+    masks: torch.Tensor | None = None  # (K, P) bool, True = trainable
+    scales: torch.Tensor | None = None  # (K,)
+    offsets: torch.Tensor | None = None  # (K, P)
+
+    @classmethod
+    def of(cls, options: Sequence[ClientOptions], total: int, device: torch.device
+           ) -> _OptionRows:
+        k, rows = len(options), cls()
+
+        def matrix(fill: float | bool, dtype: torch.dtype) -> torch.Tensor:
+            return torch.full((k, total), fill, dtype=dtype, device=device)
+
+        if any(o.proximal is not None for o in options):
+            rows.anchors, rows.mus = matrix(0.0, torch.float32), torch.zeros(k, device=device)
+            for i, o in enumerate(options):
+                if o.proximal is not None:
+                    rows.anchors[i] = o.proximal[0].reshape(-1).to(device, torch.float32)
+                    rows.mus[i] = o.proximal[1]
+        if any(o.trainable is not None for o in options):
+            rows.masks = matrix(True, torch.bool)
+            for i, o in enumerate(options):
+                if o.trainable is not None:
+                    rows.masks[i] = o.trainable.reshape(-1).to(device, torch.bool)
+        if any(o.mixing is not None for o in options):
+            rows.scales, rows.offsets = torch.ones(k, device=device), matrix(0.0, torch.float32)
+            for i, o in enumerate(options):
+                if o.mixing is not None:
+                    rows.scales[i] = o.mixing[0]
+                    rows.offsets[i] = o.mixing[1].reshape(-1).to(device, torch.float32)
+        return rows
+
+    def take(self, index: list[int] | slice) -> _OptionRows:
+        return _OptionRows(*(None if t is None else t[index] for t in (
+            self.anchors, self.mus, self.masks, self.scales, self.offsets)))
 
 
 def _live_rows(batches: Sequence[Batch | None]) -> slice:
@@ -347,7 +386,7 @@ def train_local_batched(task: Task, model: nn.Module,
                         prepared: Sequence[Any], *, epochs: int | Sequence[int],
                         batch_size: int, optimizer: OptimizerConfig,
                         generators: Sequence[torch.Generator], max_clients: int = 64,
-                        proximal: Sequence[tuple[torch.Tensor, float] | None] | None = None,
+                        options: Sequence[ClientOptions | None] | None = None,
                         ) -> list[tuple[torch.Tensor, float]]:
     """:func:`~regionfed.runtime.local_training.train_local` for ``K`` clients at once.
 
@@ -356,13 +395,16 @@ def train_local_batched(task: Task, model: nn.Module,
     epochs in turn; step ``s`` stacks every client's ``s``-th batch (clients out of batches
     are inactive). Returns per client ``(new flat params, mean training loss over its
     steps)`` — what ``train_local(task, model, starts[k], prepared[k], epochs=epochs[k],
-    batch_size=batch_size, optimizer=optimizer, generator=generators[k])`` returns, up to
-    float summation order. Clients are trained in chunks of at most ``max_clients`` (memory
-    ∝ chunk × parameters), grouped by step count so that few steps are padding.
+    batch_size=batch_size, optimizer=optimizer, generator=generators[k], **options[k])``
+    returns, up to float summation order. Clients are trained in chunks of at most
+    ``max_clients`` (memory ∝ chunk × parameters), grouped by step count so that few steps
+    are padding.
 
-    ``proximal[k] = (a_k, μ_k)`` adds (μ_k/2)·‖θ_k − a_k‖² to client ``k``'s loss (its
-    gradient μ_k(θ_k − a_k) to the step; ``train_local`` with a
-    :class:`~regionfed.algorithms.base.Proximal` extra loss); ``None`` rows train plainly.
+    ``options[k]`` (:class:`ClientOptions`) per client, as in the sequential loop: with
+    model parameters p_k = s_k·θ_k + b_k (θ_k without a mixture), the step's gradient is
+    s_k·(∇L(p_k) + μ_k(p_k − a_k)) and its loss L(p_k) + (μ_k/2)‖p_k − a_k‖²; after the
+    optimizer step the frozen entries get their start values back; a client stops after
+    ``max_steps`` steps.
 
     Raises ``TypeError`` if the task's batches can't be stacked and
     :class:`~regionfed.errors.NumericalError` on a non-finite loss of an active client.
@@ -378,7 +420,11 @@ def train_local_batched(task: Task, model: nn.Module,
     layout = ParamLayout.of(model)
     device = device_of(model)  # the computation runs where the model is
     matrix = _as_matrix(starts, k, layout.total).to(device)
-    anchors, mus = _proximal_rows(proximal, k, layout.total, device)
+    opts = [o or ClientOptions() for o in (options or [None] * k)]
+    if len(opts) != k:
+        raise ValueError(f"{k} clients but {len(opts)} client options")
+    caps = [o.max_steps for o in opts]
+    rows = _OptionRows.of(opts, layout.total, device)
     deterministic(device)
     model.train()
     step_fn = _per_client_grad(task, model, scaled=False)
@@ -386,7 +432,8 @@ def train_local_batched(task: Task, model: nn.Module,
     distinct = len({id(g) for g in generators}) == k
     if distinct:  # group clients of similar step counts (less padding, fewer idle rows)
         def num_steps(i: int) -> int:
-            return epochs_of[i] * math.ceil(task.num_examples(prepared[i]) / batch_size)
+            steps = epochs_of[i] * math.ceil(task.num_examples(prepared[i]) / batch_size)
+            return steps if caps[i] is None else min(steps, caps[i])
         order = sorted(range(k), key=num_steps)
     else:  # a shared generator must be drawn from in the sequential order
         order = list(range(k))
@@ -394,15 +441,20 @@ def train_local_batched(task: Task, model: nn.Module,
     results: list[tuple[torch.Tensor, float] | None] = [None] * k
     for chunk in _chunks(order, max_clients):
         def client_batches(i: int) -> Iterator[Batch]:
+            steps = 0
             for _ in range(epochs_of[i]):
-                yield from task.batches(prepared[i], batch_size, generators[i])
+                for batch in task.batches(prepared[i], batch_size, generators[i]):
+                    if caps[i] is not None and steps >= caps[i]:
+                        break  # as the sequential loop: the next epoch still draws its order
+                    steps += 1
+                    yield batch
 
         streams: list[Iterator[Batch]] = [client_batches(i) for i in chunk]
         if not distinct:
             streams = [iter(list(s)) for s in streams]
         flat = matrix[chunk]  # a copy (list index)
-        if anchors is not None:
-            chunk_anchors, chunk_mus = anchors[chunk], mus[chunk]
+        start = flat.clone() if rows.masks is not None else None
+        mine = rows.take(chunk)
         state = init_batched_optimizer(optimizer, {"flat": flat})
         totals = torch.zeros(len(chunk), dtype=torch.float64, device=device)
         while True:
@@ -412,13 +464,19 @@ def train_local_batched(task: Task, model: nn.Module,
             # finished clients (a prefix, by step count) are not computed at all
             live = _live_rows(batches)
             batch, active = _stacked_on(device, batches[live], fill)
-            grads, losses = step_fn(unflatten_stacked(layout, flat[live]), batch)
+            now = mine.take(live)
+            params = flat[live]
+            if now.scales is not None:  # the model computes with s·θ + b
+                params = now.scales[:, None] * params + now.offsets
+            grads, losses = step_fn(unflatten_stacked(layout, params), batch)
             losses = losses.detach()
             grads = flatten_stacked(layout, grads)
-            if anchors is not None:  # (μ/2)‖θ − a‖²: loss and gradient μ(θ − a) per row
-                mu, diff = chunk_mus[live], flat[live] - chunk_anchors[live]
-                grads = grads + mu[:, None] * diff
-                losses = losses + 0.5 * mu * diff.pow(2).sum(dim=1)
+            if now.anchors is not None:  # (μ/2)‖p − a‖²: its gradient μ(p − a)
+                diff = params - now.anchors
+                grads = grads + now.mus[:, None] * diff
+                losses = losses + 0.5 * now.mus * diff.pow(2).sum(dim=1)
+            if now.scales is not None:  # ∂/∂θ = s·∂/∂p
+                grads = now.scales[:, None] * grads
             bad = active & ~torch.isfinite(losses)
             if bool(bad.any()):
                 which = chunk[live.start + int(bad.nonzero()[0, 0])]
@@ -426,6 +484,8 @@ def train_local_batched(task: Task, model: nn.Module,
                                      f"({float(losses[bad][0])}) for client {which}")
             batched_optimizer_step(optimizer, {"flat": flat[live]}, {"flat": grads},
                                    state.rows(live), active)
+            if now.masks is not None:  # frozen entries stay exactly as they came
+                flat[live] = torch.where(now.masks, flat[live], start[live])
             totals[live] += torch.where(active, losses.to(torch.float64), 0.0)
         counts = state.step.clamp(min=1).to(torch.float64)
         for row, i in enumerate(chunk):

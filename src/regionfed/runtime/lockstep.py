@@ -18,9 +18,8 @@ Nothing runs concurrently, so the shared model, the clients' states and the stra
 touched by one thread at a time in a fixed order, and each client draws its shuffling
 generators in the order its own step makes the calls: a run is as deterministic as the
 sequential loop and equal to it up to float summation order. A call that cannot be batched
-(a frozen mask, a mixture, a step cap, an extra loss other than
-:class:`~regionfed.algorithms.base.Proximal`) is computed on the spot by the step's thread,
-and counted (:attr:`Lockstep.one_by_one`).
+(an extra loss other than :class:`~regionfed.algorithms.base.Proximal`) is computed on the
+spot by the step's thread, and counted (:attr:`Lockstep.one_by_one`).
 """
 
 from __future__ import annotations
@@ -30,8 +29,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-
-import torch
 
 from regionfed.algorithms.base import Proximal
 
@@ -175,15 +172,9 @@ class Lockstep:
             self._pass_baton(step, started)
 
 
-def why_not_batchable(extra_loss: Any, trainable: torch.Tensor | None, mixing: Any,
-                      max_steps: int | None) -> str | None:
-    """``None`` if a ``train`` call with these options can be batched, else why not."""
-    if trainable is not None:
-        return "a frozen mask"
-    if mixing is not None:
-        return "a mixture"
-    if max_steps is not None:
-        return "a step cap"
+def why_not_batchable(extra_loss: Any) -> str | None:
+    """``None`` if a ``train`` call with this extra loss can be batched, else why not (the
+    batched trainer knows the :class:`~regionfed.algorithms.base.Proximal` term only)."""
     if extra_loss is not None and not isinstance(extra_loss, Proximal):
         return "a custom extra loss"
     return None

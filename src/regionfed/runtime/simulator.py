@@ -12,9 +12,10 @@ the client steps of a window of ``max_batched_clients`` sampled clients run in l
 :class:`~regionfed.algorithms.base.Proximal` term) and ``gradient`` call is computed in one
 batched computation per kind (:mod:`.batched_training`) — FedAvg's single step and Ditto's or
 regionfed-plus's two trainings alike, with the strategies' code unchanged. Results equal the
-sequential loop up to float summation order (tested). Calls that cannot be batched (a frozen
-mask, a mixture, a step cap, another extra loss) and tasks whose batches can't be stacked run
-one by one; every round's log says which (``client_batching``).
+sequential loop up to float summation order (tested). Frozen masks, mixtures and step caps
+batch too (:class:`~.batched_training.ClientOptions`); a call with another extra loss
+(SCAFFOLD's correction) and tasks whose batches can't be stacked run one by one; every
+round's log says which (``client_batching``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ from regionfed.data.federation import ClientData, Federation, concat_splits
 from regionfed.errors import PrivacyBudgetError
 from regionfed.models.tasks import Task
 from regionfed.privacy.ledger import PrivacyLedger
-from regionfed.runtime.batched_training import mean_gradients_batched, train_local_batched
+from regionfed.runtime.batched_training import (
+    ClientOptions,
+    mean_gradients_batched,
+    train_local_batched,
+)
 from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator, loggable
 from regionfed.runtime.faults import faults_log, round_faults, screen
@@ -123,10 +128,14 @@ class SimulatedClient:
         generator = self.next_generator(stream)
         lockstep = active_lockstep()
         if lockstep is not None:  # trained with the other clients' calls, when it can be
-            why_not = why_not_batchable(extra_loss, trainable, mixing, max_steps)
+            why_not = why_not_batchable(extra_loss)
             if why_not is None:
                 return lockstep.park(TRAIN_CALL, self, start=start, epochs=epochs,
-                                     generator=generator, extra_loss=extra_loss)
+                                     generator=generator, options=ClientOptions(
+                                         None if extra_loss is None else
+                                         (extra_loss.anchor, extra_loss.mu),
+                                         trainable, mixing, max_steps),
+                                     extra_loss=extra_loss)
             lockstep.note_one_by_one(why_not)
         return train_local(r.task, r.model, start, self.prepared_train,
                            epochs=epochs,
@@ -380,18 +389,19 @@ class Simulator:
         args = [call.args for call in calls]
         if len(calls) == 1:
             a = args[0]
+            o = a["options"]
             return [train_local(self.task, self.model, a["start"], clients[0].prepared_train,
                                 epochs=a["epochs"], batch_size=self.training.batch_size,
                                 optimizer=self.training.optimizer, generator=a["generator"],
-                                extra_loss=a["extra_loss"])]
+                                extra_loss=a["extra_loss"], trainable=o.trainable,
+                                mixing=o.mixing, max_steps=o.max_steps)]
         return train_local_batched(
             self.task, self.model, [a["start"] for a in args],
             [c.prepared_train for c in clients], epochs=[a["epochs"] for a in args],
             batch_size=self.training.batch_size, optimizer=self.training.optimizer,
             generators=[a["generator"] for a in args],
             max_clients=self.training.max_batched_clients,
-            proximal=[None if a["extra_loss"] is None else
-                      (a["extra_loss"].anchor, a["extra_loss"].mu) for a in args])
+            options=[a["options"] for a in args])
 
     def _shared_validation_losses(self, instructions: list[TrainInstruction]
                                   ) -> dict[int, ClientResult]:
