@@ -55,7 +55,8 @@ Option I (``option="I"``, the paper's other choice, line 12): c_i⁺ = g_i(x), t
 mean training gradient at the server model (one extra pass). It keeps c_i in gradient units
 whatever the optimizer, so it is the variant to use with AdamW (see docs/baselines.md).
 
-The client step is custom, so the simulator trains SCAFFOLD's clients sequentially.
+The correction is a custom extra loss (counted per step), so the simulator trains SCAFFOLD's
+clients one by one (the batched trainer knows only the proximal term).
 """
 
 from __future__ import annotations
