@@ -158,6 +158,26 @@ def test_under_dp_plus_costs_what_fedavg_costs_at_the_same_sigma():
     assert all(0.0 <= a <= 1.0 for a in strategy.factors["a"])
 
 
+def test_a_served_model_is_computed_once_per_state_and_follows_every_change():
+    """θ_r is reused while θ, a_r and α_r stay the same (evaluation reads it per client), and
+    recomputed after a new θ, an in-place change of θ or a_r, or new factors."""
+    view = FederationView(regions=("a", "b"), client_region={"u": "a", "v": "b"},
+                          num_examples={"u": 1, "v": 1})
+    plus = RegionFedPlus()
+    plus.setup(torch.zeros(4), view, np.random.default_rng(0))
+    first = plus.regional_params("a")
+    assert plus.regional_params("a") is first and torch.equal(first, torch.zeros(4))
+    plus.offsets["a"] += 2.0  # in place
+    assert torch.equal(plus.regional_params("a"), torch.full((4,), 2.0))
+    plus.factors["a"] = [0.5] * len(plus.factors["a"])
+    assert torch.equal(plus.regional_params("a"), torch.full((4,), 1.0))
+    plus.params = plus.params + 1.0  # a new tensor
+    assert torch.equal(plus.regional_params("a"), torch.full((4,), 2.0))
+    plus.params.add_(1.0)  # in place
+    assert torch.equal(plus.regional_params("a"), torch.full((4,), 3.0))
+    assert torch.equal(plus.regional_params("b"), plus.params)
+
+
 def test_bad_settings_are_config_errors():
     with pytest.raises(ConfigError, match="dp.mode user"):
         RegionFedPlus(dp=DPConfig(mode="region", sigma=1.0))

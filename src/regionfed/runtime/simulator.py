@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -105,6 +105,9 @@ class SimulatedClient:
     runner: ClientRunner
     state: dict[str, Any] = field(default_factory=dict)
     train_calls: dict[str, int] = field(default_factory=dict)  # per shuffling stream
+    #: in process: scores of parameter vectors many clients are asked about, computed once
+    #: per group of clients (:class:`SharedScores`)
+    shared_scores: SharedScores | None = None
 
     def next_generator(self, stream: str = "main") -> torch.Generator:
         """The shuffling generator of this client's next local training on ``stream`` (one
@@ -172,6 +175,10 @@ class SimulatedClient:
         n = len(self.data.val)
         if n == 0:
             return 0.0, 0
+        if self.shared_scores is not None:
+            hit = self.shared_scores.lookup(self, params)
+            if hit is not None:
+                return hit, n
         return r.task.evaluate(set_flat(r.model, params), self.data.val)["overall"] * n, n
 
     def labels(self) -> tuple[np.ndarray, int]:
@@ -186,6 +193,49 @@ class FederatedRun:
     #: per region, the final model its clients are evaluated with, where it differs from
     #: ``final_params`` (:func:`regional_models`)
     regional_params: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class SharedScores:
+    """Validation scores of parameter vectors that many clients are asked about in one
+    exchange or evaluation (a region's served model, the global model): registered with the
+    clients that receive them (:meth:`share`), scored on the first request in one pass over
+    the group's pooled validation data and split back per client
+    (:meth:`Simulator.pooled_scores`), so N clients cost one prediction pass, not N. Each
+    score equals :meth:`SimulatedClient.validation_score`'s up to float summation order.
+    Tensors are matched by identity and held until :meth:`clear` (their ids stay unique)."""
+
+    def __init__(self, simulator: Simulator) -> None:
+        self.simulator = simulator
+        #: id(params) → (params, its groups: client id → the group's client ids)
+        self._shared: dict[int, tuple[torch.Tensor, dict[str, tuple[str, ...]]]] = {}
+        self._scores: dict[tuple[int, tuple[str, ...]], dict[str, float]] = {}
+
+    def share(self, params: torch.Tensor, client_ids: Sequence[str]) -> None:
+        """``params`` goes to every client of ``client_ids`` (one group)."""
+        group = tuple(client_ids)
+        if len(group) < 2:
+            return
+        _, groups = self._shared.setdefault(id(params), (params, {}))
+        groups.update(dict.fromkeys(group, group))
+
+    def lookup(self, client: SimulatedClient, params: torch.Tensor) -> float | None:
+        """The client's score sum for ``params`` if it is shared with it, else ``None``."""
+        entry = self._shared.get(id(params))
+        if entry is None or entry[0] is not params or client.client_id not in entry[1]:
+            return None
+        group = entry[1][client.client_id]
+        key = (id(params), group)
+        if key not in self._scores:
+            clients = [self.simulator.clients[c] for c in group]
+            scores = self.simulator.pooled_scores(clients, params)
+            if scores is None:
+                return None
+            self._scores[key] = dict(zip(group, scores, strict=True))
+        return self._scores[key][client.client_id]
+
+    def clear(self) -> None:
+        self._shared.clear()
+        self._scores.clear()
 
 
 class Simulator:
@@ -219,12 +269,27 @@ class Simulator:
                                          task.prepare(c.val, training=False), self)
             for i, c in enumerate(federation.clients)
         }
+        self.shared_scores = SharedScores(self)
+        for client in self.clients.values():
+            client.shared_scores = self.shared_scores
 
     def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
-        """Every client on ``split`` with the model the strategy assigns it."""
-        return self.evaluate_with(
-            lambda c: strategy.eval_params(c.client_id, c.region, self.clients[c.client_id]),
-            split)
+        """Every client on ``split`` with the model the strategy assigns it. A strategy that
+        chooses on the client (:attr:`Strategy.evaluates_on_client`) may score the global
+        model and what :meth:`Strategy.client_evaluation_arrays` names on each client's
+        validation split: those scores come pooled (:class:`SharedScores`)."""
+        if strategy.evaluates_on_client:
+            for region in self.federation.regions:
+                members = [c.client_id for c in self.federation.clients_in(region)]
+                self.shared_scores.share(strategy.params, members)
+                for arrays in strategy.client_evaluation_arrays(region).values():
+                    self.shared_scores.share(arrays, members)
+        try:
+            return self.evaluate_with(
+                lambda c: strategy.eval_params(c.client_id, c.region,
+                                               self.clients[c.client_id]), split)
+        finally:
+            self.shared_scores.clear()
 
     def evaluate_with(self, params_of: Callable[[ClientData], torch.Tensor | Ensemble],
                       split: str) -> dict[str, Any]:
@@ -319,6 +384,7 @@ class Simulator:
         instructions = next(exchange)
         while True:
             start = time.perf_counter()
+            self._share_instruction_params(instructions)
             shared = self._shared_validation_losses(instructions)
             results: list[ClientResult | None] = [shared.get(i) for i in range(len(instructions))]
             todo = [i for i, r in enumerate(results)
@@ -336,6 +402,7 @@ class Simulator:
             kinds = "+".join(sorted({ins.kind + ("-score" if ins.config.get("score") else "")
                                      for ins in instructions})) or "empty"
             seconds[kinds] = seconds.get(kinds, 0.0) + time.perf_counter() - start
+            self.shared_scores.clear()
             # who reported in time: not the dropped, not the late, not the rejected
             absent = faults.absent
             results = [r for ins, r in zip(instructions, results, strict=True)
@@ -403,6 +470,46 @@ class Simulator:
             max_clients=self.training.max_batched_clients,
             options=[a["options"] for a in args])
 
+    def _share_instruction_params(self, instructions: list[TrainInstruction]) -> None:
+        """Register every parameter tensor the exchange sends to several clients (e.g. a
+        region's served model: regionfed-plus scores it on each client's validation split
+        before anchoring the personal model on it)."""
+        groups: dict[int, tuple[torch.Tensor, list[str]]] = {}
+        for ins in instructions:
+            if self._batchable(ins):
+                groups.setdefault(id(ins.params), (ins.params, []))[1].append(ins.client_id)
+        for params, members in groups.values():
+            if len(set(members)) == len(members):
+                self.shared_scores.share(params, members)
+
+    def _pooled_validation(self, clients: list[SimulatedClient]) -> tuple[Any, Any]:
+        """The clients' validation data concatenated: (prepared, dataset); a whole region's
+        is kept (it recurs every round), other groups are built when asked."""
+        key = tuple(c.client_id for c in clients)
+        pooled = self._pooled_val.get(key)
+        if pooled is None:
+            pooled = (self.task.concat_prepared([c.prepared_val for c in clients]),
+                      concat_splits([c.data.val for c in clients]))
+            # whole regions recur every round; a Poisson sample of one (private model
+            # selection) rarely does, and caching every sample would grow without bound
+            if key in self._region_keys:
+                self._pooled_val[key] = pooled
+        return pooled
+
+    def pooled_scores(self, clients: list[SimulatedClient], params: torch.Tensor
+                      ) -> list[float] | None:
+        """Each client's validation score sum (task score × examples) for ``params`` from
+        one prediction pass over their pooled validation data; ``None`` if the task can't
+        split predictions."""
+        if type(self.task).split_predictions is Task.split_predictions:
+            return None
+        _, dataset = self._pooled_validation(clients)
+        sizes = [len(c.data.val) for c in clients]
+        predictions = self.task.split_predictions(
+            self.task.predict(set_flat(self.model, params), dataset), sizes)
+        return [self.task.score(pred, c.data.val)["overall"] * n if n else 0.0
+                for pred, c, n in zip(predictions, clients, sizes, strict=True)]
+
     def _shared_validation_losses(self, instructions: list[TrainInstruction]
                                   ) -> dict[int, ClientResult]:
         """In-process shortcut for ``evaluate`` instructions that share one parameter tensor
@@ -422,25 +529,11 @@ class Simulator:
             if len(members) < 2 or (score and not can_split):
                 continue
             clients = [self.clients[instructions[i].client_id] for i in members]
-            key = tuple(c.client_id for c in clients)
-            pooled = self._pooled_val.get(key)
-            if pooled is None:
-                pooled = (self.task.concat_prepared([c.prepared_val for c in clients]),
-                          concat_splits([c.data.val for c in clients]))
-                # whole regions recur every round; a Poisson sample of one (private model
-                # selection) rarely does, and caching every sample would grow without bound
-                if key in self._region_keys:
-                    self._pooled_val[key] = pooled
-            prepared, dataset = pooled
+            prepared, _ = self._pooled_validation(clients)
             params = instructions[members[0]].params
             losses = example_losses(self.task, self.model, params, prepared)
             sizes = [self.task.num_examples(c.prepared_val) for c in clients]
-            scores = [None] * len(clients)
-            if score:
-                predictions = self.task.split_predictions(
-                    self.task.predict(set_flat(self.model, params), dataset), sizes)
-                scores = [self.task.score(pred, c.data.val)["overall"] * n if n else 0.0
-                          for pred, c, n in zip(predictions, clients, sizes, strict=True)]
+            scores = self.pooled_scores(clients, params) if score else [None] * len(clients)
             offset = 0
             for i, client, n, s in zip(members, clients, sizes, scores, strict=True):
                 metrics = {"loss_sum": float(losses[offset:offset + n].sum())}

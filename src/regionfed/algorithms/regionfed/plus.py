@@ -75,9 +75,9 @@ class RegionFedPlus(Strategy):
         #: accumulated per-coordinate noise variance of each region's offset, per block
         self.noise_var: dict[str, list[float]] = {}
         self.factors: dict[str, list[float]] = {}
-        #: θ_r of every region for the current θ, offsets and factors (:meth:`_serve`): a
-        #: served model is read once per client in evaluation, thousands of times a round
-        self.served: dict[str, torch.Tensor] = {}
+        #: region → (what it was computed from, θ_r): a served model is read once per client
+        #: in evaluation, thousands of times a round (:meth:`regional_params`)
+        self.served: dict[str, tuple[tuple[Any, ...], torch.Tensor]] = {}
         self.part: torch.Tensor | None = None
         self.blocks: list[torch.Tensor] = []
 
@@ -95,26 +95,24 @@ class RegionFedPlus(Strategy):
         self.offsets = {r: torch.zeros_like(init_params) for r in view.regions}
         self.noise_var = {r: [0.0] * len(self.blocks) for r in view.regions}
         self.factors = {r: [1.0] * len(self.blocks) for r in view.regions}
-        self._serve()
 
     # -- server side ---------------------------------------------------------------------
     def regional_params(self, region: str) -> torch.Tensor:
-        """θ_r = θ + Σ_b α_{r,b}·a_{r,b} (θ where the region has no offset yet); the
-        served model of the current state, computed once per state (:meth:`_serve`)."""
-        served = self.served.get(region)
-        return served if served is not None else self._served_model(region)
-
-    def _serve(self) -> None:
-        """Recompute every region's served model; called wherever θ, a_r or α_r change."""
-        self.served = {r: self._served_model(r) for r in self.offsets}
-
-    def _served_model(self, region: str) -> torch.Tensor:
+        """θ_r = θ + Σ_b α_{r,b}·a_{r,b} (θ where the region has no offset yet), computed
+        once per state: reused while θ is the same tensor and neither it nor a_r changed in
+        place (torch's version counters) and α_r is the same."""
         offset = self.offsets.get(region)
         if offset is None:
             return self.params
+        source = (self.params, self.params._version, offset._version,
+                  tuple(self.factors[region]))
+        cached = self.served.get(region)
+        if cached is not None and cached[0][0] is source[0] and cached[0][1:] == source[1:]:
+            return cached[1]
         served = self.params.clone()
         for alpha, block in zip(self.factors[region], self.blocks, strict=True):
             served[block] += alpha * offset[block]
+        self.served[region] = (source, served)
         return served
 
     def run_round(self, rnd: int):
@@ -148,7 +146,6 @@ class RegionFedPlus(Strategy):
                                       for v, a in zip(self.noise_var[region], added, strict=True)]
         if self.config.shrinkage:
             self.factors = shrinkage_factors(self.offsets, self.noise_var, self.blocks)
-        self._serve()
         return {"clients": len(results), "update_norm": float(global_mean.norm()),
                 "alpha": {r: float(np.mean(f)) for r, f in self.factors.items()},
                 "offset_norm": {r: float(a.norm()) for r, a in self.offsets.items()}}
