@@ -3,7 +3,8 @@ and scale to 8,000 clients — all measured in ONE run on the same workload (thi
 shared and noisy: compare ratios, not absolute times).
 
     .venv/bin/python benchmarks/round_time.py                 # full (~15 minutes)
-    .venv/bin/python benchmarks/round_time.py --quick         # under two minutes
+    .venv/bin/python benchmarks/round_time.py --quick         # about three minutes
+    .venv/bin/python benchmarks/round_time.py --baselines     # + every own client step
     .venv/bin/python benchmarks/round_time.py --json out.json # also write the numbers
 
 Workload (default): esci-synth, 8 regions × 10 clients, the ``tiny`` model, E = 1, batch 32,
@@ -13,8 +14,11 @@ histograms, and the last, which evaluates, are not timed).
 
 Prints a table and (``--json``) the keys ``speedup_batched``, ``ratio_grad_fedavg``,
 ``ratio_meta_fedavg``, ``ratio_interp_fedavg``, ``ratio_dynamic_fedavg``,
-``floor_efficiency``, ``clients_per_second_8000``, ``peak_rss_gb_8000`` plus the raw
-seconds and a per-round time breakdown by exchange kind.
+``ratio_grad_fedavg_e5`` and ``ratio_meta_fedavg_e5`` (the same ratios at E = 5; ``--quick``
+measures them too), ``floor_efficiency``, ``clients_per_second_8000``, ``peak_rss_gb_8000``
+plus the raw seconds and a per-round time breakdown by exchange kind. ``--baselines`` adds,
+for every method with its own client step, batched and sequential seconds per round and the
+round log's ``client_batching`` (``baselines``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ from regionfed.runtime.simulator import FederatedRun, Simulator
 PAPER_LOCAL_EPOCHS = 40  # paper §4 training configuration
 REGIONFED_METHODS = ("regionfed-grad", "regionfed-meta", "regionfed-interp",
                      "regionfed-dynamic")
+#: methods whose client step is their own (batched in lockstep where their calls allow)
+OWN_STEP_METHODS = ("local", "fedprox", "ditto", "regionfed-plus", "fedbabu", "fedrep",
+                    "apfl", "pfedme", "scaffold")
 
 
 def ratio_key(method: str) -> str:
@@ -88,6 +95,27 @@ def round_times(method: str, federation, task, training: TrainingConfig,
     seconds, breakdowns, _ = timed_run(method, federation, task, training)
     timed = timed or slice(1, len(seconds) - 1)
     return seconds[timed], mean_breakdown(breakdowns[timed])
+
+
+def baseline_times(federation, task, rounds: int, max_batched: int
+                   ) -> dict[str, dict[str, Any]]:
+    """Per method with its own client step: median seconds per timed round batched
+    (``auto``) and sequential (``off``), their ratio and what the round log says."""
+    out = {}
+    for method in OWN_STEP_METHODS:
+        row: dict[str, Any] = {}
+        for label, batching in (("batched", "auto"), ("sequential", "off")):
+            seconds, _, run = timed_run(method, federation, task,
+                                        training_config(rounds, batching, max_batched))
+            row[f"{label}_seconds"] = float(np.median(seconds[1:len(seconds) - 1]))
+            if label == "batched":
+                row["client_batching"] = run.history[1]["client_batching"]
+        row["speedup"] = row["sequential_seconds"] / row["batched_seconds"]
+        print(f"  {method:20s} {row['batched_seconds']:.3f} s/round batched, "
+              f"{row['sequential_seconds']:.3f} sequential ({row['client_batching']})",
+              file=sys.stderr)
+        out[method] = row
+    return out
 
 
 def mean_breakdown(breakdowns: list[dict[str, float]]) -> dict[str, float]:
@@ -138,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="clients per region of the scale probe (8 regions; default 1000, "
                         "125 with --quick)")
     p.add_argument("--json", metavar="FILE", help="write the numbers as JSON")
+    p.add_argument("--baselines", action="store_true",
+                   help="also time every method with its own client step, batched and "
+                        "sequential (adds ~5 minutes)")
     p.add_argument("--paper-epochs-check", type=int, default=None, metavar="E",
                    help="also time fedavg, regionfed-grad and -meta at E local epochs "
                         "(default: 5, or off with --quick)")
@@ -150,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 5)
     if args.scale_clients is None:
         args.scale_clients = 125 if args.quick else 1000
-    if args.paper_epochs_check is None and not args.quick:
+    if args.paper_epochs_check is None:
         args.paper_epochs_check = 5
     rounds = repeats + 2
     torch.manual_seed(0)
@@ -180,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
             times, _ = round_times(m, federation, task, training_config(
                 rounds, "auto", args.max_batched, epochs=args.paper_epochs_check))
             seconds[f"{m}@E{args.paper_epochs_check}"] = float(np.median(times))
+    if args.paper_epochs_check:
+        e = args.paper_epochs_check
+        for m in ("regionfed-grad", "regionfed-meta"):
+            out[f"{ratio_key(m)}_e{e}"] = seconds[f"{m}@E{e}"] / seconds[f"fedavg@E{e}"]
+    if args.baselines:
+        out["baselines"] = baseline_times(federation, task, rounds, args.max_batched)
     chunk = min(args.max_batched, len(federation.clients))
     floor = floor_seconds(federation, task, 32 * chunk, repeats)
     floor_small = floor_seconds(federation, task, 32, repeats)
@@ -231,6 +268,10 @@ def format_table(out: dict[str, Any]) -> str:
         ("scale: clients per second", f"{out['clients_per_second_8000']:.0f}"),
         ("scale: peak RSS", f"{out['peak_rss_gb_8000']:.2f} GB"),
     ]
+    rows += [(f"{m}: batched / sequential ({b['client_batching']})",
+              f"{b['speedup']:.2f}× ({b['batched_seconds']:.3f} vs "
+              f"{b['sequential_seconds']:.3f} s/round)")
+             for m, b in out.get("baselines", {}).items()]
     width = max(len(r[0]) for r in rows)
     lines = [f"{'measure':{width}s} | value", f"{'-' * width}-|------"]
     lines += [f"{name:{width}s} | {value}" for name, value in rows]

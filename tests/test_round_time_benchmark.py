@@ -16,3 +16,26 @@ def test_round_timer_reports_the_timed_rounds_and_a_breakdown(tiny_federation, t
     _, fedavg = bench.round_times("fedavg", tiny_federation, tiny_task,
                                   bench.training_config(3, "off", 4))
     assert set(fedavg) == {"train", "server"}
+
+
+def test_baselines_report_both_arms_and_what_the_round_log_says(tiny_federation, tiny_task,
+                                                                 monkeypatch):
+    bench = load_benchmark()
+    monkeypatch.setattr(bench, "OWN_STEP_METHODS", ("ditto", "scaffold"))
+    rows = bench.baseline_times(tiny_federation, tiny_task, rounds=3, max_batched=4)
+    assert set(rows) == {"ditto", "scaffold"}
+    assert rows["ditto"]["client_batching"] == "batched"
+    assert rows["scaffold"]["client_batching"].startswith("sequential (scaffold's")
+    for row in rows.values():
+        assert row["batched_seconds"] > 0 and row["sequential_seconds"] > 0
+        assert row["speedup"] == row["sequential_seconds"] / row["batched_seconds"]
+    table = bench.format_table({
+        "seconds_per_round": {"fedavg-sequential": 2.0, "fedavg": 1.0,
+                              **dict.fromkeys(bench.REGIONFED_METHODS, 1.5)},
+        "speedup_batched": 2.0, **{bench.ratio_key(m): 1.5 for m in bench.REGIONFED_METHODS},
+        "projected_ratios_at_paper_E40": {bench.ratio_key(m): 1.01
+                                          for m in bench.REGIONFED_METHODS},
+        "floor_seconds": 0.5, "floor_efficiency": 0.5, "sequential_floor_efficiency": 0.25,
+        "scale": {"clients": 8, "round_seconds": 1.0}, "clients_per_second_8000": 8,
+        "peak_rss_gb_8000": 1.0, "breakdown_seconds": {}, "baselines": rows})
+    assert "ditto: batched / sequential (batched)" in table
