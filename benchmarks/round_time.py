@@ -100,11 +100,11 @@ def round_times(method: str, federation, task, training: TrainingConfig,
 def baseline_times(federation, task, rounds: int, max_batched: int
                    ) -> dict[str, dict[str, Any]]:
     """Per method with its own client step: median seconds per timed round batched
-    (``auto``) and sequential (``off``), their ratio and what the round log says."""
+    (``on``) and sequential (``off``), their ratio and what the round log says."""
     out = {}
     for method in OWN_STEP_METHODS:
         row: dict[str, Any] = {}
-        for label, batching in (("batched", "auto"), ("sequential", "off")):
+        for label, batching in (("batched", "on"), ("sequential", "off")):
             seconds, _, run = timed_run(method, federation, task,
                                         training_config(rounds, batching, max_batched))
             row[f"{label}_seconds"] = float(np.median(seconds[1:len(seconds) - 1]))
@@ -147,7 +147,7 @@ def scale_probe(clients_per_region: int, queries_per_client: int, max_batched: i
     process so the peak RSS is this workload's alone)."""
     federation, task = workload(8, clients_per_region, 8 * clients_per_region
                                 * queries_per_client)
-    training = training_config(2, "auto", max_batched)
+    training = training_config(2, "on", max_batched)
     seconds, _ = round_times("fedavg", federation, task, training, timed=slice(0, 1))
     clients = len(federation.clients)
     return {"clients": clients, "round_seconds": float(np.median(seconds)),
@@ -190,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                            "repeats": repeats, "paper_epochs_check": args.paper_epochs_check}
     seconds: dict[str, float] = {}
     breakdown: dict[str, dict[str, float]] = {}
-    runs = [("fedavg-sequential", "fedavg", "off"), ("fedavg", "fedavg", "auto"),
-            *((m, m, "auto") for m in REGIONFED_METHODS)]
+    runs = [("fedavg-sequential", "fedavg", "off"), ("fedavg", "fedavg", "on"),
+            *((m, m, "on") for m in REGIONFED_METHODS)]
     for label, method, batching in runs:
         times, parts = round_times(method, federation, task,
                                    training_config(rounds, batching, args.max_batched))
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.paper_epochs_check:
         for m in ("fedavg", "regionfed-grad", "regionfed-meta"):
             times, _ = round_times(m, federation, task, training_config(
-                rounds, "auto", args.max_batched, epochs=args.paper_epochs_check))
+                rounds, "on", args.max_batched, epochs=args.paper_epochs_check))
             seconds[f"{m}@E{args.paper_epochs_check}"] = float(np.median(times))
     if args.paper_epochs_check:
         e = args.paper_epochs_check

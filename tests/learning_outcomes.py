@@ -104,7 +104,8 @@ def femnist_fedavg(seed: int) -> dict[str, float]:
                        num_regions=4, max_writers=10)
     task = ImageClassificationTask(62)
     training = TrainingConfig(rounds=4, local_epochs=2, batch_size=20, eval_every=4,
-                              optimizer=OptimizerConfig(name="adamw", lr=3e-3))
+                              optimizer=OptimizerConfig(name="adamw", lr=3e-3),
+                              client_batching="on")
     run = Simulator(fed, task, training, seed=seed).run(FedAvg())
     evaluator = FederationEvaluator(task, fed)
     train = evaluator.pooled_split("train")
@@ -191,7 +192,9 @@ def pfedme_run(seed: int, federation: Any, task: Any) -> tuple[Any, Any, Any]:
     """pFedMe, 2 rounds × 1 epoch with the default optimizer: (simulator, strategy, run)."""
     from regionfed.algorithms.pfedme import PFedMe
 
-    training = TrainingConfig(rounds=2, local_epochs=1, batch_size=32, eval_every=2)
+    # one by one: the path its thresholds were measured on (batched = sequential is tested)
+    training = TrainingConfig(rounds=2, local_epochs=1, batch_size=32, eval_every=2,
+                              client_batching="off")
     sim = Simulator(federation, task, training, seed=seed)
     strategy = PFedMe()
     return sim, strategy, sim.run(strategy)

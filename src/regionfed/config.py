@@ -52,9 +52,10 @@ class TrainingConfig(BaseModel):
     #: stop before the privacy budget is exceeded (rounds are cut to fit, docs/privacy.md)
     target_epsilon: float | None = Field(None, gt=0)
     #: train a round's clients as one batched (vmap) computation where the task and the
-    #: strategy allow it, on the CPU (``auto``) or on any device (``on``: on an accelerator
-    #: too, until measurements make it the default there), or one by one (``off``); results
-    #: agree to float tolerance
+    #: strategy allow it: ``auto`` on a CPU with at least two torch threads (on one thread
+    #: the sequential loop is faster), ``on`` wherever the model is (an accelerator too,
+    #: until measurements make it the default there), ``off`` one by one; results agree to
+    #: float tolerance
     client_batching: Literal["auto", "on", "off"] = "auto"
     #: clients per batched computation (bounds memory: each holds its own parameters and
     #: optimizer state)

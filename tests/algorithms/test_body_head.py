@@ -57,7 +57,8 @@ def test_fedbabu_head_is_bit_identical_during_real_rounds_even_with_dp(tiny_fede
     init = get_flat(tiny_task.build_model(0))
     dp = DPConfig(mode="user", sigma=1.0, clip=1.0)
     strategy = FedBABU(finetune_epochs=1, dp=dp)
-    run = Simulator(tiny_federation, tiny_task, TRAINING, seed=0).run(strategy)
+    batched = TRAINING.model_copy(update={"client_batching": "on"})
+    run = Simulator(tiny_federation, tiny_task, batched, seed=0).run(strategy)
     head = strategy.head
     assert head.any() and not head.all()
     assert torch.equal(run.final_params[head], init[head])

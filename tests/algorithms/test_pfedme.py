@@ -134,7 +134,7 @@ def test_paper_settings_are_accepted():
 def test_simulated_run_personal_models(tiny_federation, tiny_task):
     sim, strategy, run = pfedme_run(0, tiny_federation, tiny_task)
     assert torch.isfinite(run.final_params).all()
-    assert run.history[0]["client_batching"] == "batched"
+    assert run.history[0]["client_batching"] == "sequential (client_batching off)"
     assert run.history[0]["clients"] == len(sim.clients)
     assert "val" in run.history[-1]
     for cid, client in sim.clients.items():

@@ -125,7 +125,8 @@ class RecordingScaffold(Scaffold):
 
 def test_simulated_run_with_sgd(tiny_federation, tiny_task):
     training = TrainingConfig(rounds=2, local_epochs=2, batch_size=32, eval_every=2,
-                              optimizer=OptimizerConfig(name="sgd", lr=0.1))
+                              optimizer=OptimizerConfig(name="sgd", lr=0.1),
+                              client_batching="on")
     sim = Simulator(tiny_federation, tiny_task, training, seed=0)
     init = get_flat(sim.model).clone()
 
