@@ -5,6 +5,7 @@ shared and noisy: compare ratios, not absolute times).
     .venv/bin/python benchmarks/round_time.py                 # full (~15 minutes)
     .venv/bin/python benchmarks/round_time.py --quick         # about three minutes
     .venv/bin/python benchmarks/round_time.py --baselines     # + every own client step
+    .venv/bin/python benchmarks/round_time.py --quick --baselines ditto,regionfed-plus
     .venv/bin/python benchmarks/round_time.py --json out.json # also write the numbers
 
 Workload (default): esci-synth, 8 regions × 10 clients, the ``tiny`` model, E = 1, batch 32,
@@ -97,12 +98,12 @@ def round_times(method: str, federation, task, training: TrainingConfig,
     return seconds[timed], mean_breakdown(breakdowns[timed])
 
 
-def baseline_times(federation, task, rounds: int, max_batched: int
-                   ) -> dict[str, dict[str, Any]]:
+def baseline_times(federation, task, rounds: int, max_batched: int,
+                   methods: tuple[str, ...] = OWN_STEP_METHODS) -> dict[str, dict[str, Any]]:
     """Per method with its own client step: median seconds per timed round batched
     (``on``) and sequential (``off``), their ratio and what the round log says."""
     out = {}
-    for method in OWN_STEP_METHODS:
+    for method in methods:
         row: dict[str, Any] = {}
         for label, batching in (("batched", "on"), ("sequential", "off")):
             seconds, _, run = timed_run(method, federation, task,
@@ -166,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="clients per region of the scale probe (8 regions; default 1000, "
                         "125 with --quick)")
     p.add_argument("--json", metavar="FILE", help="write the numbers as JSON")
-    p.add_argument("--baselines", action="store_true",
-                   help="also time every method with its own client step, batched and "
-                        "sequential (adds ~5 minutes)")
+    p.add_argument("--baselines", nargs="?", const=",".join(OWN_STEP_METHODS), default=None,
+                   metavar="M1,M2",
+                   help="also time the methods with their own client step (all, or those "
+                        "named), batched and sequential (all: adds ~5 minutes)")
     p.add_argument("--paper-epochs-check", type=int, default=None, metavar="E",
                    help="also time fedavg, regionfed-grad and -meta at E local epochs "
                         "(default: 5, or off with --quick)")
@@ -216,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         for m in ("regionfed-grad", "regionfed-meta"):
             out[f"{ratio_key(m)}_e{e}"] = seconds[f"{m}@E{e}"] / seconds[f"fedavg@E{e}"]
     if args.baselines:
-        out["baselines"] = baseline_times(federation, task, rounds, args.max_batched)
+        out["baselines"] = baseline_times(federation, task, rounds, args.max_batched,
+                                          tuple(args.baselines.split(",")))
     chunk = min(args.max_batched, len(federation.clients))
     floor = floor_seconds(federation, task, 32 * chunk, repeats)
     floor_small = floor_seconds(federation, task, 32, repeats)

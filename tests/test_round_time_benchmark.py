@@ -18,11 +18,10 @@ def test_round_timer_reports_the_timed_rounds_and_a_breakdown(tiny_federation, t
     assert set(fedavg) == {"train", "server"}
 
 
-def test_baselines_report_both_arms_and_what_the_round_log_says(tiny_federation, tiny_task,
-                                                                 monkeypatch):
+def test_baselines_report_both_arms_and_what_the_round_log_says(tiny_federation, tiny_task):
     bench = load_benchmark()
-    monkeypatch.setattr(bench, "OWN_STEP_METHODS", ("ditto", "scaffold"))
-    rows = bench.baseline_times(tiny_federation, tiny_task, rounds=3, max_batched=4)
+    rows = bench.baseline_times(tiny_federation, tiny_task, rounds=3, max_batched=4,
+                                methods=("ditto", "scaffold"))
     assert set(rows) == {"ditto", "scaffold"}
     assert rows["ditto"]["client_batching"] == "batched"
     assert rows["scaffold"]["client_batching"].startswith("sequential (scaffold's")
