@@ -158,6 +158,47 @@ def test_under_dp_plus_costs_what_fedavg_costs_at_the_same_sigma():
     assert all(0.0 <= a <= 1.0 for a in strategy.factors["a"])
 
 
+@pytest.mark.parametrize("below", [0.0, 0.05])
+def test_without_regional_signal_the_whole_budget_goes_to_the_global_release(below):
+    """Identical regions under DP: the offsets are pure noise, α ≈ 0 after round 1, and with
+    ``reallocate_below`` the later rounds release the global mean at σ (its noise std
+    σC/(qN)) instead of σ/√(1 − f); ε stays fedavg's: one event at σ a round."""
+    dim, sigma, f = 20_000, 2.0, 0.2
+    clients = {f"{r}/{k}": QuadraticClient(f"{r}/{k}", r, 10, torch.zeros(dim))
+               for r in "ab" for k in range(4)}  # θ = target: every update is exactly 0
+    view = FederationView(("a", "b"), {c: c[0] for c in clients}, dict.fromkeys(clients, 10))
+    dp = DPConfig(mode="user", sigma=sigma, clip=1.0)
+    strategy = RegionFedPlus(RegionFedPlusConfig(two_level=False, regional_share=f,
+                                                 reallocate_below=below),
+                             sample_rate=1.0, dp=dp)
+    ledger = PrivacyLedger(dp, 1.0)
+    strategy.setup(torch.zeros(dim), view, np.random.default_rng(0))
+    steps, logs = [], []
+    for rnd in (1, 2, 3):
+        before = strategy.params.clone()
+        exchange = strategy.run_round(rnd)
+        instructions = next(exchange)
+        try:
+            exchange.send([strategy.handle(i, clients[i.client_id]) for i in instructions])
+        except StopIteration as done:
+            logs.append(done.value)
+        ledger.record_round(strategy.releases.drain())
+        steps.append(float((strategy.params - before).std()))
+    split_std, whole_std = sigma / 8 / math.sqrt(1 - f), sigma / 8  # C = 1, q·N = 8
+    assert steps[0] == pytest.approx(split_std, rel=0.03)
+    assert max(logs[0]["alpha"].values()) < 0.05  # no regional signal
+    if below:
+        assert steps[1] == pytest.approx(whole_std, rel=0.03)
+        assert steps[2] == pytest.approx(whole_std, rel=0.03)
+        assert logs[1]["regional_release"] is False and "regional_release" not in logs[0]
+    else:
+        assert steps[1] == pytest.approx(split_std, rel=0.03)
+        assert "regional_release" not in logs[1]
+    accountant = dp_accounting.pld.PLDAccountant()
+    accountant.compose(dp_accounting.GaussianDpEvent(sigma), 3)
+    assert ledger.epsilon("pld") == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-6)
+
+
 def test_a_served_model_is_computed_once_per_state_and_follows_every_change():
     """θ_r is reused while θ, a_r and α_r stay the same (evaluation reads it per client), and
     recomputed after a new θ, an in-place change of θ or a_r, or new factors."""
@@ -183,6 +224,9 @@ def test_bad_settings_are_config_errors():
         RegionFedPlus(dp=DPConfig(mode="region", sigma=1.0))
     with pytest.raises(ValueError):
         RegionFedPlusConfig(regional_share=1.0)
+    for below in (-0.1, 1.0):
+        with pytest.raises(ValueError):
+            RegionFedPlusConfig(reallocate_below=below)
     clients, view = _shifted()
     from regionfed.errors import MethodNotApplicableError
 

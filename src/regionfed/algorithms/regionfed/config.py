@@ -78,6 +78,12 @@ class RegionFedPlusConfig(BaseModel):
     #: under DP, the share f of each round's budget given to the regional releases: the
     #: global mean is released at σ/√(1 − f), each regional one at σ/√f (one event at σ)
     regional_share: float = Field(0.2, gt=0.0, lt=1.0)
+    #: under DP, once every shrinkage factor α_{r,b} is below this after a round (the
+    #: released offsets show no regional signal worth serving), later rounds release only
+    #: the global mean, with the whole budget (σ instead of σ/√(1 − f)): a decision on
+    #: released values only (no privacy cost; a round stays one event at σ per client).
+    #: 0: the split every round
+    reallocate_below: float = Field(0.0, ge=0.0, lt=1.0)
     #: what the regional releases (and offsets) cover: the whole model or its declared head
     regional_part: Literal["all", "head"] = "all"
     #: two-level personalization: each client keeps a personal model anchored on its

@@ -128,11 +128,17 @@ class RegionFedPlus(Strategy):
         expected = {r: self.sample_rate * len(self.view.clients_in(r)) * self.report_rate
                     for r in self.view.regions}
         updates = [res.update for res in results]
-        global_mean, regional = self.releases.split_mean(
-            updates, [res.num_examples for res in results], [res.region for res in results],
-            expected, self.config.regional_share, self.part,
-            what="model update, global + regional part (split budget)",
-            dim=self.params.numel(), dtype=self.params.dtype)
+        if self.global_only():
+            global_mean = self.private_mean(
+                results, self.sample_rate * len(self.view.clients),
+                what="model update, global only (no regional signal left to release)")
+            regional = {}
+        else:
+            global_mean, regional = self.releases.split_mean(
+                updates, [res.num_examples for res in results],
+                [res.region for res in results], expected, self.config.regional_share,
+                self.part, what="model update, global + regional part (split budget)",
+                dim=self.params.numel(), dtype=self.params.dtype)
         if global_mean is None:  # no DP and nobody reported
             return {"clients": 0}
         eta = self.server_lr
@@ -147,8 +153,19 @@ class RegionFedPlus(Strategy):
         if self.config.shrinkage:
             self.factors = shrinkage_factors(self.offsets, self.noise_var, self.blocks)
         return {"clients": len(results), "update_norm": float(global_mean.norm()),
+                **({"regional_release": False} if not regional and self.dp.adds_noise
+                   else {}),
                 "alpha": {r: float(np.mean(f)) for r, f in self.factors.items()},
                 "offset_norm": {r: float(a.norm()) for r, a in self.offsets.items()}}
+
+    def global_only(self) -> bool:
+        """Whether this round releases only the global mean (under DP, after a round whose
+        shrinkage left every α below ``reallocate_below``). It reads the factors, computed
+        from released values only: post-processing."""
+        below = self.config.reallocate_below
+        return (below > 0.0 and self.dp.adds_noise and self.config.shrinkage
+                and bool(self.factors)
+                and all(a < below for f in self.factors.values() for a in f))
 
     def _noise_variance(self, region: str, expected: dict[str, float],
                         sampling: dict[str, list[float]]) -> list[float]:
