@@ -28,7 +28,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from regionfed.algorithms.base import Proximal
 
@@ -57,15 +57,15 @@ class _Aborted(BaseException):
     """Delivered to parked steps when another step or the batch failed: they unwind."""
 
 
-class _Step(threading.Thread, Generic[T]):
-    def __init__(self, lockstep: Lockstep, fn: Callable[[], T]) -> None:
+class _Step(threading.Thread):
+    def __init__(self, lockstep: Lockstep, fn: Callable[[], Any]) -> None:
         super().__init__(daemon=True)
         self.lockstep, self.fn = lockstep, fn
         self.resume = threading.Event()
         self.call: ParkedCall | None = None
         self.result: Any = None
         self.error: BaseException | None = None
-        self.value: T | None = None
+        self.value: Any = None
 
     def run(self) -> None:
         _current.lockstep = self.lockstep
@@ -122,21 +122,20 @@ class Lockstep:
         threads = [_Step(self, fn) for fn in steps]
         failure: BaseException | None = None
         runnable: list[_Step] = threads
-        started: set[int] = set()
         while runnable:
             for step in runnable:
-                self._pass_baton(step, started)
+                self._pass_baton(step)
                 if step.call is None and step.error is not None and failure is None:
                     failure = step.error
             parked = [s for s in runnable if s.call is not None]
             if failure is not None:
-                self._abort(parked, started)
+                self._abort(parked)
                 break
             try:
                 self._compute(parked)
             except BaseException as error:
                 failure = error
-                self._abort(parked, started)
+                self._abort(parked)
                 break
             runnable = parked
         for step in threads:
@@ -146,13 +145,12 @@ class Lockstep:
             raise failure
         return [step.value for step in threads]
 
-    def _pass_baton(self, step: _Step, started: set[int]) -> None:
+    def _pass_baton(self, step: _Step) -> None:
         self._baton.clear()
-        if id(step) in started:
-            step.resume.set()
-        else:
-            started.add(id(step))
+        if step.ident is None:  # not started yet
             step.start()
+        else:
+            step.resume.set()
         self._baton.wait()
 
     def _compute(self, parked: list[_Step]) -> None:
@@ -166,10 +164,10 @@ class Lockstep:
             for step, result in zip(members, results, strict=True):
                 step.result = result
 
-    def _abort(self, parked: list[_Step], started: set[int]) -> None:
+    def _abort(self, parked: list[_Step]) -> None:
         for step in parked:
             step.error = _Aborted()
-            self._pass_baton(step, started)
+            self._pass_baton(step)
 
 
 def why_not_batchable(extra_loss: Any) -> str | None:

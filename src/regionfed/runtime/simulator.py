@@ -134,11 +134,8 @@ class SimulatedClient:
             why_not = why_not_batchable(extra_loss)
             if why_not is None:
                 return lockstep.park(TRAIN_CALL, self, start=start, epochs=epochs,
-                                     generator=generator, options=ClientOptions(
-                                         None if extra_loss is None else
-                                         (extra_loss.anchor, extra_loss.mu),
-                                         trainable, mixing, max_steps),
-                                     extra_loss=extra_loss)
+                                     generator=generator, extra_loss=extra_loss,
+                                     trainable=trainable, mixing=mixing, max_steps=max_steps)
             lockstep.note_one_by_one(why_not)
         return train_local(r.task, r.model, start, self.prepared_train,
                            epochs=epochs,
@@ -377,8 +374,8 @@ class Simulator:
         beyond their exchange (thousands of clients' updates must not pile up)."""
         round_start = time.perf_counter()
         seconds: dict[str, float] = {}
-        batched_mode = self.batching_mode(strategy) == "batched"
-        self.round_calls = (Counter(), Counter())  # (batched, one by one) for the round log
+        mode = self.batching_mode(strategy)
+        calls: tuple[Counter[str], Counter[str]] = (Counter(), Counter())  # batched, one by one
         faults = round_faults(list(self.clients), self.training.dropout,
                               self.training.stragglers, self.seed, rnd)
         rejected: dict[str, str] = {}
@@ -395,11 +392,12 @@ class Simulator:
                     if r is None and instructions[i].client_id not in faults.dropped]
             # windows of at most max_batched_clients: only one window's batched results wait
             # in memory (8,000 clients × a full parameter vector would not fit otherwise)
+            batched_mode = mode == "batched"
             window = self.training.max_batched_clients if batched_mode else len(todo) or 1
             for lo in range(0, len(todo), window):
                 part = todo[lo:lo + window]
                 replies = self._handle_window(strategy, [instructions[i] for i in part],
-                                              batched_mode)
+                                              batched_mode, calls)
                 for i, result in zip(part, replies, strict=True):
                     if screen(result, dim, rnd, rejected):
                         results[i] = result
@@ -422,22 +420,25 @@ class Simulator:
                 log = dict(done.value)
                 if (entry := faults_log(faults, rejected)) is not None:
                     log["faults"] = entry
+                log["client_batching"] = self.round_batching(mode, strategy.name, *calls)
                 return log, first
 
     def _handle_window(self, strategy: Strategy, window: list[TrainInstruction],
-                       batched: bool) -> list[ClientResult]:
+                       batched: bool, calls: tuple[Counter[str], Counter[str]]
+                       ) -> list[ClientResult]:
         """Every instruction of the window carried out by its client (:meth:`Strategy.handle`);
         batched, the client steps run in lockstep (:mod:`.lockstep`) so that their training
         and gradient calls are computed together — unless a client appears twice (its calls
-        must stay in the sequential order)."""
+        must stay in the sequential order). ``calls`` counts the batched and the one-by-one
+        calls (for the round log)."""
         steps = [partial(strategy.handle, ins, self.clients[ins.client_id]) for ins in window]
         if not batched or len(window) < 2 \
                 or len({ins.client_id for ins in window}) != len(window):
             return [step() for step in steps]
         lockstep = Lockstep(self._compute_parked)
         replies = lockstep.run(steps)
-        self.round_calls[0].update(lockstep.batched)
-        self.round_calls[1].update(lockstep.one_by_one)
+        calls[0].update(lockstep.batched)
+        calls[1].update(lockstep.one_by_one)
         return replies
 
     def _batchable(self, instruction: TrainInstruction) -> bool:
@@ -457,22 +458,22 @@ class Simulator:
                 self.task, self.model, [call.args["params"] for call in calls],
                 [c.prepared_train for c in clients], self.training.batch_size,
                 max_clients=self.training.max_batched_clients)
-        args = [call.args for call in calls]
+        args = [call.args for call in calls]  # train_local's own arguments
         if len(calls) == 1:
-            a = args[0]
-            o = a["options"]
-            return [train_local(self.task, self.model, a["start"], clients[0].prepared_train,
-                                epochs=a["epochs"], batch_size=self.training.batch_size,
-                                optimizer=self.training.optimizer, generator=a["generator"],
-                                extra_loss=a["extra_loss"], trainable=o.trainable,
-                                mixing=o.mixing, max_steps=o.max_steps)]
+            return [train_local(self.task, self.model, prepared=clients[0].prepared_train,
+                                batch_size=self.training.batch_size,
+                                optimizer=self.training.optimizer, **args[0])]
         return train_local_batched(
             self.task, self.model, [a["start"] for a in args],
             [c.prepared_train for c in clients], epochs=[a["epochs"] for a in args],
             batch_size=self.training.batch_size, optimizer=self.training.optimizer,
             generators=[a["generator"] for a in args],
             max_clients=self.training.max_batched_clients,
-            options=[a["options"] for a in args])
+            options=[ClientOptions(
+                proximal=None if a["extra_loss"] is None else
+                (a["extra_loss"].anchor, a["extra_loss"].mu),
+                trainable=a["trainable"], mixing=a["mixing"], max_steps=a["max_steps"])
+                for a in args])
 
     def _share_instruction_params(self, instructions: list[TrainInstruction]) -> None:
         """Register every parameter tensor the exchange sends to several clients (e.g. a
@@ -558,7 +559,6 @@ class Simulator:
         writes one after every ``checkpoints.every`` rounds."""
         strategy.setup(get_flat(self.model), self.view,
                        np.random.default_rng(derived_seed(self.seed, 7919)))
-        mode = self.batching_mode(strategy)
         first_round, history, after_round = 1, None, None
         if checkpoints is not None:
             saved = checkpoints.load_into(strategy, self.clients, ledger)
@@ -571,9 +571,7 @@ class Simulator:
 
         def one_round(rnd: int) -> tuple[dict[str, Any], list[float]]:
             self.current_round = rnd
-            log, losses = self._drive_round(strategy, rnd)
-            batching = self.round_batching(mode, strategy.name, *self.round_calls)
-            return {**log, "client_batching": batching}, losses
+            return self._drive_round(strategy, rnd)
 
         return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
                             ledger, first_round=first_round, history=history,
