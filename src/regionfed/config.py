@@ -60,6 +60,11 @@ class TrainingConfig(BaseModel):
     #: clients per batched computation (bounds memory: each holds its own parameters and
     #: optimizer state)
     max_batched_clients: int = Field(64, ge=1)
+    #: examples per forward/backward pass when one client computes the mean gradient of
+    #: its whole training split (``regionfed-meta``'s look-ahead gradient, APFL's α,
+    #: SCAFFOLD option I): the same mean whatever the size (float summation order aside);
+    #: larger is faster, smaller needs less memory. Batched clients use ``batch_size``
+    gradient_batch_size: int = Field(256, ge=1)
     #: where models compute: cpu, cuda, cuda:N, or auto (a GPU when PyTorch sees one);
     #: strategies always hold CPU vectors (:mod:`regionfed.runtime.device`)
     device: str = Field("cpu", pattern=r"^(cpu|auto|cuda(:\d+)?)$")

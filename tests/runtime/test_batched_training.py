@@ -307,3 +307,29 @@ def test_masks_mixtures_and_step_caps_train_as_the_sequential_loop(tiny_task, cl
     uncapped = train_local(tiny_task, model, starts[3], clients[3], epochs=2, batch_size=BATCH,
                            optimizer=config, generator=_gens()[3])
     assert not torch.allclose(uncapped[0], batched[3][0])
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_functional_adamw_all_clients_in_step_matches_torch_optim(weight_decay):
+    """Every client active at the same step: the stacked update runs torch's fused AdamW
+    kernel; it must still be each client's own torch.optim.AdamW step, step for step."""
+    config = OptimizerConfig(name="adamw", lr=0.01, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(1)
+    params = {"w": torch.randn(4, 6, 3, generator=gen), "b": torch.randn(4, 5, generator=gen)}
+    refs = [{n: torch.nn.Parameter(t[k].clone()) for n, t in params.items()} for k in range(4)]
+    opts = [torch.optim.AdamW(list(ref.values()), lr=0.01, weight_decay=weight_decay)
+            for ref in refs]
+    state = init_batched_optimizer(config, params)
+    for _ in range(6):
+        grads = {n: torch.randn(t.shape, generator=gen) for n, t in params.items()}
+        grads["w"][:, :2] = 0.0  # rows a client never touches (v stays 0 there)
+        seen = {n: g.clone() for n, g in grads.items()}
+        batched_optimizer_step(config, params, grads, state)
+        assert all(torch.equal(grads[n], seen[n]) for n in grads)  # grads only read
+        for k, (ref, opt) in enumerate(zip(refs, opts, strict=True)):
+            for n, p in ref.items():
+                p.grad = seen[n][k].clone()
+            opt.step()
+            for n, p in ref.items():
+                torch.testing.assert_close(params[n][k], p.detach(), rtol=1e-6, atol=1e-7)
+    assert state.step.tolist() == [6] * 4

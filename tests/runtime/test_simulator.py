@@ -202,3 +202,57 @@ def test_a_run_keeps_each_regions_model_where_it_differs_from_the_global(tiny_fe
                                                                    ).regional_params == {}
     assert Simulator(tiny_federation, tiny_task, FAST, seed=0).run(Ditto()
                                                                    ).regional_params == {}
+
+
+
+def test_a_clients_full_gradient_does_not_depend_on_gradient_batch_size(
+        tiny_federation, tiny_task, monkeypatch):
+    """``training.gradient_batch_size`` is how many examples one pass of a full-data mean
+    gradient takes: the gradient is the same mean at any size (float order aside)."""
+    from regionfed.runtime import simulator as simulator_module
+    from regionfed.runtime.local_training import mean_gradient
+
+    sizes = []
+    real = simulator_module.mean_gradient
+
+    def recording(task, model, params, prepared, batch_size):
+        sizes.append(batch_size)
+        return real(task, model, params, prepared, batch_size)
+
+    monkeypatch.setattr(simulator_module, "mean_gradient", recording)
+    params = get_flat(tiny_task.build_model(0))
+    grads = []
+    for size in (3, 256):
+        training = FAST.model_copy(update={"gradient_batch_size": size})
+        client = next(iter(Simulator(tiny_federation, tiny_task, training,
+                                     seed=0).clients.values()))
+        grads.append(client.gradient(params))
+    want = mean_gradient(tiny_task, tiny_task.build_model(0), params,
+                         client.prepared_train, 32)
+    for grad in grads:
+        torch.testing.assert_close(grad, want, rtol=1e-4, atol=1e-6)
+    assert float(want.abs().sum()) > 0
+    assert sizes == [3, 256]
+
+
+def test_batched_full_gradients_keep_the_training_batch_size(tiny_federation, tiny_task,
+                                                             monkeypatch):
+    """K clients in one vmapped pass multiply a batch's memory by K: batched gradients keep
+    ``batch_size`` (a larger one measured no faster there)."""
+    from regionfed.algorithms.registry import build_strategy
+    from regionfed.config import RunConfig
+    from regionfed.runtime import simulator as simulator_module
+
+    sizes = []
+    real = simulator_module.mean_gradients_batched
+
+    def recording(task, model, params, prepared, batch_size, **kwargs):
+        sizes.append(batch_size)
+        return real(task, model, params, prepared, batch_size, **kwargs)
+
+    monkeypatch.setattr(simulator_module, "mean_gradients_batched", recording)
+    training = FAST.model_copy(update={"rounds": 1, "gradient_batch_size": 7,
+                                       "client_batching": "on"})
+    Simulator(tiny_federation, tiny_task, training, seed=0).run(
+        build_strategy("regionfed-meta", RunConfig(methods=["regionfed-meta"])))
+    assert sizes and set(sizes) == {FAST.batch_size}

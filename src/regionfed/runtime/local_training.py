@@ -31,6 +31,11 @@ class OptimizerConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
 
 
+def has_fused_kernels(tensors: list[torch.Tensor]) -> bool:
+    """Whether torch's fused SGD/AdamW kernels take every tensor (floats on CPU or CUDA)."""
+    return all(t.is_floating_point() and t.device.type in ("cpu", "cuda") for t in tensors)
+
+
 def make_optimizer(params: Any, config: OptimizerConfig) -> torch.optim.Optimizer:
     """A fresh ``torch.optim`` SGD or AdamW over ``params``.
 
@@ -40,8 +45,7 @@ def make_optimizer(params: Any, config: OptimizerConfig) -> torch.optim.Optimize
     (43 small tensors, one thread), and results differ only in the last bits.
     """
     params = list(params)
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-    kernel = {"fused": True} if fused else {"foreach": True}
+    kernel = {"fused": True} if has_fused_kernels(params) else {"foreach": True}
     if config.name == "sgd":
         return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum,
                                weight_decay=config.weight_decay, **kernel)

@@ -161,7 +161,7 @@ class SimulatedClient:
             return lockstep.park(GRADIENT_CALL, self, params=params)
         r = self.runner
         return mean_gradient(r.task, r.model, params, self.prepared_train,
-                             r.training.batch_size)
+                             r.training.gradient_batch_size)
 
     def validation_loss(self, params: torch.Tensor) -> tuple[float, int]:
         r = self.runner
@@ -453,7 +453,10 @@ class Simulator:
         if kind == GRADIENT_CALL:
             if len(calls) == 1:
                 return [mean_gradient(self.task, self.model, calls[0].args["params"],
-                                      clients[0].prepared_train, self.training.batch_size)]
+                                      clients[0].prepared_train,
+                                      self.training.gradient_batch_size)]
+            # batched clients keep the training batch size: K clients × 256 examples in
+            # one vmapped pass was no faster (2 threads) and took 2.5× the peak memory
             return mean_gradients_batched(
                 self.task, self.model, [call.args["params"] for call in calls],
                 [c.prepared_train for c in clients], self.training.batch_size,
