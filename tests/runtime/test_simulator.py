@@ -10,7 +10,7 @@ from regionfed.config import TrainingConfig
 from regionfed.data.esci_synth import generate_esci_synth
 from regionfed.runtime.local_training import OptimizerConfig
 from regionfed.runtime.params import get_flat
-from regionfed.runtime.simulator import Simulator
+from regionfed.runtime.simulator import GRADIENTS_ONE_BY_ONE, Simulator
 
 FAST = TrainingConfig(rounds=2, local_epochs=1, batch_size=32, eval_every=1)
 
@@ -128,7 +128,11 @@ def test_batched_clients_give_the_sequential_result(tiny_federation, tiny_task, 
         runs[mode] = Simulator(tiny_federation, tiny_task, training, seed=0).run(
             build_strategy(method, RunConfig(methods=[method])))
     assert runs["off"].history[0]["client_batching"].startswith("sequential")
-    assert runs["on"].history[0]["client_batching"] == "batched"
+    said = runs["on"].history[0]["client_batching"]
+    if method in ("regionfed-meta", "apfl"):  # their full-data gradients: one by one on a CPU
+        assert said.startswith("partly batched") and GRADIENTS_ONE_BY_ONE in said
+    else:
+        assert said == "batched"
     assert torch.allclose(runs["on"].final_params, runs["off"].final_params, atol=1e-5)
     assert runs["on"].test["overall"] == pytest.approx(runs["off"].test["overall"], abs=0.01)
 
@@ -235,24 +239,31 @@ def test_a_clients_full_gradient_does_not_depend_on_gradient_batch_size(
     assert sizes == [3, 256]
 
 
-def test_batched_full_gradients_keep_the_training_batch_size(tiny_federation, tiny_task,
-                                                             monkeypatch):
-    """K clients in one vmapped pass multiply a batch's memory by K: batched gradients keep
-    ``batch_size`` (a larger one measured no faster there)."""
+def test_full_gradients_run_one_by_one_on_a_cpu_even_when_batching(tiny_federation,
+                                                                   tiny_task, monkeypatch):
+    """On a CPU a client's full-data gradient takes ``gradient_batch_size`` examples a pass,
+    one client at a time (measured faster than the vmapped batch), and the round log says
+    so; the batched gradient is for accelerators."""
     from regionfed.algorithms.registry import build_strategy
     from regionfed.config import RunConfig
     from regionfed.runtime import simulator as simulator_module
 
     sizes = []
-    real = simulator_module.mean_gradients_batched
+    real = simulator_module.mean_gradient
 
-    def recording(task, model, params, prepared, batch_size, **kwargs):
+    def recording(task, model, params, prepared, batch_size):
         sizes.append(batch_size)
-        return real(task, model, params, prepared, batch_size, **kwargs)
+        return real(task, model, params, prepared, batch_size)
 
-    monkeypatch.setattr(simulator_module, "mean_gradients_batched", recording)
+    def never(*args, **kwargs):
+        raise AssertionError("batched gradients on a CPU")
+
+    monkeypatch.setattr(simulator_module, "mean_gradient", recording)
+    monkeypatch.setattr(simulator_module, "mean_gradients_batched", never)
     training = FAST.model_copy(update={"rounds": 1, "gradient_batch_size": 7,
                                        "client_batching": "on"})
-    Simulator(tiny_federation, tiny_task, training, seed=0).run(
+    run = Simulator(tiny_federation, tiny_task, training, seed=0).run(
         build_strategy("regionfed-meta", RunConfig(methods=["regionfed-meta"])))
-    assert sizes and set(sizes) == {FAST.batch_size}
+    assert sizes and set(sizes) == {7}
+    said = run.history[0]["client_batching"]
+    assert said.startswith("partly batched") and GRADIENTS_ONE_BY_ONE in said
