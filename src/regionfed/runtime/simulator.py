@@ -383,6 +383,7 @@ class Simulator:
         round_start = time.perf_counter()
         seconds: dict[str, float] = {}
         mode = self.batching_mode(strategy)
+        batched_mode = mode == "batched"
         calls: tuple[Counter[str], Counter[str]] = (Counter(), Counter())  # batched, one by one
         faults = round_faults(list(self.clients), self.training.dropout,
                               self.training.stragglers, self.seed, rnd)
@@ -400,7 +401,6 @@ class Simulator:
                     if r is None and instructions[i].client_id not in faults.dropped]
             # windows of at most max_batched_clients: only one window's batched results wait
             # in memory (8,000 clients × a full parameter vector would not fit otherwise)
-            batched_mode = mode == "batched"
             window = self.training.max_batched_clients if batched_mode else len(todo) or 1
             for lo in range(0, len(todo), window):
                 part = todo[lo:lo + window]
