@@ -208,13 +208,10 @@ def test_a_run_keeps_each_regions_model_where_it_differs_from_the_global(tiny_fe
                                                                    ).regional_params == {}
 
 
-
-def test_a_clients_full_gradient_does_not_depend_on_gradient_batch_size(
-        tiny_federation, tiny_task, monkeypatch):
-    """``training.gradient_batch_size`` is how many examples one pass of a full-data mean
-    gradient takes: the gradient is the same mean at any size (float order aside)."""
+@pytest.fixture
+def gradient_sizes(monkeypatch):
+    """The batch size of every full-data gradient the simulator computes one by one."""
     from regionfed.runtime import simulator as simulator_module
-    from regionfed.runtime.local_training import mean_gradient
 
     sizes = []
     real = simulator_module.mean_gradient
@@ -224,6 +221,15 @@ def test_a_clients_full_gradient_does_not_depend_on_gradient_batch_size(
         return real(task, model, params, prepared, batch_size)
 
     monkeypatch.setattr(simulator_module, "mean_gradient", recording)
+    return sizes
+
+
+def test_a_clients_full_gradient_does_not_depend_on_gradient_batch_size(
+        tiny_federation, tiny_task, gradient_sizes):
+    """``training.gradient_batch_size`` is how many examples one pass of a full-data mean
+    gradient takes: the gradient is the same mean at any size (float order aside)."""
+    from regionfed.runtime.local_training import mean_gradient
+
     params = get_flat(tiny_task.build_model(0))
     grads = []
     for size in (3, 256):
@@ -236,11 +242,11 @@ def test_a_clients_full_gradient_does_not_depend_on_gradient_batch_size(
     for grad in grads:
         torch.testing.assert_close(grad, want, rtol=1e-4, atol=1e-6)
     assert float(want.abs().sum()) > 0
-    assert sizes == [3, 256]
+    assert gradient_sizes == [3, 256]
 
 
-def test_full_gradients_run_one_by_one_on_a_cpu_even_when_batching(tiny_federation,
-                                                                   tiny_task, monkeypatch):
+def test_full_gradients_run_one_by_one_on_a_cpu_even_when_batching(
+        tiny_federation, tiny_task, monkeypatch, gradient_sizes):
     """On a CPU a client's full-data gradient takes ``gradient_batch_size`` examples a pass,
     one client at a time (measured faster than the vmapped batch), and the round log says
     so; the batched gradient is for accelerators."""
@@ -248,22 +254,14 @@ def test_full_gradients_run_one_by_one_on_a_cpu_even_when_batching(tiny_federati
     from regionfed.config import RunConfig
     from regionfed.runtime import simulator as simulator_module
 
-    sizes = []
-    real = simulator_module.mean_gradient
-
-    def recording(task, model, params, prepared, batch_size):
-        sizes.append(batch_size)
-        return real(task, model, params, prepared, batch_size)
-
     def never(*args, **kwargs):
         raise AssertionError("batched gradients on a CPU")
 
-    monkeypatch.setattr(simulator_module, "mean_gradient", recording)
     monkeypatch.setattr(simulator_module, "mean_gradients_batched", never)
     training = FAST.model_copy(update={"rounds": 1, "gradient_batch_size": 7,
                                        "client_batching": "on"})
     run = Simulator(tiny_federation, tiny_task, training, seed=0).run(
         build_strategy("regionfed-meta", RunConfig(methods=["regionfed-meta"])))
-    assert sizes and set(sizes) == {7}
+    assert gradient_sizes and set(gradient_sizes) == {7}
     said = run.history[0]["client_batching"]
     assert said.startswith("partly batched") and GRADIENTS_ONE_BY_ONE in said
