@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import QuadraticClient, run_rounds, two_region_quadratics
 
-from regionfed.algorithms.base import FederationView
+from regionfed.algorithms.base import FederationView, ParameterBlock
 from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
 from regionfed.algorithms.regionfed.plus import (
     RegionFedPlus,
@@ -60,6 +60,35 @@ def test_each_block_is_shrunk_on_its_own():
     assert torch.equal(blocks[0] | blocks[1], torch.ones(dim, dtype=torch.bool))
     alpha = shrinkage_factors(offsets, {r: [0.05, 1.0] for r in offsets}, blocks)
     assert all(a[0] > 0.9 and a[1] < 0.1 for a in alpha.values())
+
+
+@pytest.mark.parametrize("granularity", ["groups", "tensors"])
+def test_a_small_tensor_with_regional_signal_keeps_its_offset_only_in_its_own_block(
+        granularity):
+    """A declared head: an 8-entry bias whose regions differ by far more than the noise
+    (std 10 against noise variance 1) and a 992-entry weight that is noise only. Shrunk per
+    tensor, the bias keeps its offset (α ≈ 1) and the weight falls back to the global model
+    (α ≈ 0); shrunk as one head block, τ̂² ≈ 8·100/1000 = 0.8 is shared: the weight keeps
+    ~44 % of its noise and the bias loses ~56 % of its signal."""
+    dim = 1200
+    head = (ParameterBlock("head.bias", 0, (8,)), ParameterBlock("head.weight", 8, (31, 32)))
+    view = FederationView(("a", "b"), {"a/0": "a", "b/0": "b"}, {"a/0": 1, "b/0": 1},
+                          parameter_groups={"head": head})
+    strategy = RegionFedPlus(RegionFedPlusConfig(shrinkage_blocks=granularity))
+    strategy.setup(torch.zeros(dim), view, np.random.default_rng(0))
+    sizes = [int(b.sum()) for b in strategy.blocks]
+    assert sizes == ([8, 992, 200] if granularity == "tensors" else [1000, 200])
+    bias = torch.zeros(dim, dtype=torch.bool)
+    bias[:8] = True
+    signal = _offsets(10.0, 0.0, dim=dim)
+    noise = _offsets(0.0, 1.0, dim=dim, seed=1)
+    offsets = {r: torch.where(bias, signal[r], 0.0) + noise[r] for r in signal}
+    alpha = shrinkage_factors(offsets, {r: [1.0] * len(sizes) for r in offsets},
+                              strategy.blocks)
+    if granularity == "tensors":
+        assert all(a[0] > 0.97 and a[1] < 0.05 for a in alpha.values())
+    else:
+        assert all(0.3 < a[0] < 0.6 for a in alpha.values())
 
 
 def test_a_client_picks_the_model_that_validates_best_on_its_own_split():

@@ -75,6 +75,11 @@ class RegionFedPlusConfig(BaseModel):
     #: noise-aware James–Stein shrinkage of each region's offset (:mod:`.shrinkage`); off:
     #: every region is served its full offset (α = 1)
     shrinkage: bool = True
+    #: the blocks that share one between-region variance τ̂_b²: ``groups`` (each declared
+    #: parameter group, then the rest) or ``tensors`` (every tensor of a declared group on
+    #: its own, then the rest): a small tensor with a strong regional signal (an intent
+    #: bias) keeps its offset where a large noisy matrix falls back to the global model
+    shrinkage_blocks: Literal["groups", "tensors"] = "groups"
     #: under DP, the share f of each round's budget given to the regional releases: the
     #: global mean is released at σ/√(1 − f), each regional one at σ/√f (one event at σ)
     regional_share: float = Field(0.2, gt=0.0, lt=1.0)
