@@ -1,7 +1,13 @@
 import pytest
 import torch
 
-from regionfed.runtime.local_training import OptimizerConfig, steps_per_epoch, train_local
+from regionfed.errors import NumericalError
+from regionfed.runtime.local_training import (
+    OptimizerConfig,
+    deterministic,
+    steps_per_epoch,
+    train_local,
+)
 from regionfed.runtime.params import declared_blocks, get_flat, parameter_blocks
 
 SGD = OptimizerConfig(name="sgd", lr=0.1)
@@ -101,3 +107,21 @@ def test_optimizer_uses_fused_kernels_with_the_same_updates(name):
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         assert not torch.equal(a, torch.zeros_like(a))
+
+
+def test_a_non_finite_loss_raises_before_any_step(tiny_task, setup):
+    _, start, _ = setup
+    with pytest.raises(NumericalError, match="non-finite loss"):
+        _train(tiny_task, setup, extra_loss=lambda model: torch.tensor(float("inf")))
+    with pytest.raises(NumericalError, match="non-finite loss"):
+        train_local(tiny_task, setup[0], torch.full_like(start, float("nan")), setup[2],
+                    epochs=1, batch_size=16, optimizer=SGD,
+                    generator=torch.Generator().manual_seed(0))
+
+
+def test_deterministic_mode_keeps_new_tensors_unfilled():
+    """Deterministic kernels without torch's NaN fill of every new tensor (a debugging aid
+    costing a fill per allocation); the training itself stays deterministic (tests above)."""
+    deterministic(torch.device("cpu"))
+    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.utils.deterministic.fill_uninitialized_memory is False
