@@ -64,3 +64,25 @@ def test_jobs_below_one_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--jobs must be at least 1" in err and err.count("error:") == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_the_pool_starts_the_costliest_runs_first(tmp_path, monkeypatch):
+    """Longest-processing-time order: interp and meta are started before fedavg, so the last
+    run left on one core is a short one; every trainable method has a cost estimate."""
+    from regionfed import experiment
+    from regionfed.algorithms.registry import METHODS
+
+    assert all(spec.cost > 0 for spec in METHODS.values() if spec.kind != "reference")
+    submitted = []
+
+    def record(function, jobs, workers, **kwargs):
+        submitted.extend((job[2], job[3]) for job in jobs)
+        return [None] * len(jobs)
+
+    monkeypatch.setattr(experiment, "run_in_workers", record)
+    config = experiment.build_config({"methods": ["majority", "fedavg", "regionfed-interp",
+                                                  "local", "regionfed-meta"], "seeds": 2})
+    experiment._train_in_workers(config, tmp_path, 2, progress=False, resume=False)
+    assert submitted == [("regionfed-interp", 0), ("regionfed-interp", 1),
+                         ("regionfed-meta", 0), ("regionfed-meta", 1),
+                         ("fedavg", 0), ("fedavg", 1), ("local", 0), ("local", 1)]

@@ -345,6 +345,9 @@ def _train_in_workers(config: RunConfig, out: Path, workers: int, progress: bool
         bar.close()
     pending = [(m, s) for m, s in _trainable_jobs(config) if m not in not_applicable
                and not (resume and _partial_path(out, m, s).exists())]
+    # the costliest first (longest-processing-time order): the pool's last run is a short
+    # one, not interp or meta alone on one core for minutes
+    pending.sort(key=lambda job: -get_method(job[0]).cost)
     if resume:
         for method, seed in pending:
             _drop_stale_round_logs(out, method, seed, _saved_tuning(config, out, method)[0])

@@ -51,6 +51,26 @@ class MethodSpec:
     #: alongside the learning rate (:mod:`regionfed.tuning`)
     key_hyperparameter: str | None = None
 
+    @property
+    def cost(self) -> float:
+        """A run's work relative to a ``fedavg`` run of the same configuration
+        (:data:`RELATIVE_COST`)."""
+        return RELATIVE_COST.get(self.name, 1.0)
+
+
+#: each method's run time relative to ``fedavg``'s — measured for ``make run``'s methods
+#: (default workload, one thread, 2026-12-06: fedavg 48 s), from the client passes a round
+#: makes for the others. A scheduling hint only: worker pools start the costliest runs
+#: first, so that the last one to finish does not run alone for long.
+RELATIVE_COST = {
+    "majority": 0.0, "centralized": 0.95, "centralized-rw": 0.95, "local": 1.0,
+    "fedavg": 1.0, "fedprox": 1.1, "scaffold": 1.2, "pfedme": 1.5, "ditto": 2.0, "apfl": 2.0,
+    "fedbabu": 1.1, "fedrep": 1.2, "fedtp": 1.2, "region-fedavg": 1.15,
+    "regionfed-grad": 1.5, "regionfed-interp": 2.5, "regionfed-meta": 2.1,
+    "regionfed-dynamic": 1.5, "regionfed-ensemble": 5.0, "regionfed-persist": 1.5,
+    "regionfed-plus": 2.0,
+}
+
 
 def _regionfed_options(config: Any) -> dict[str, Any]:
     return {"config": config.regionfed}
