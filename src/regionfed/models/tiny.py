@@ -125,9 +125,13 @@ class TinyQueryModel(nn.Module):
         x = self.final_norm(x)
         weights = mask.to(x.dtype)
         pooled = (x * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1.0)
-        cand = F.embedding(batch["cand_form"], words)  # (B, L, K, d)
+        # every token's query scored against every distinct word of the batch, then each
+        # token's K candidates picked out: the same dot products as gathering the (B, L, K, d)
+        # candidate vectors, without materialising them or their scatter-add backward
+        # (~0.3–0.6 ms of a ~4.5 ms training step at batch 32, one thread)
         query = self.spell_query(x)
-        spell = torch.einsum("bld,blkd->blk", query, cand) / math.sqrt(x.shape[-1])
+        spell = torch.matmul(query, words.transpose(0, 1)).gather(-1, batch["cand_form"])
+        spell = spell / math.sqrt(x.shape[-1])
         spell = spell + self.spell_distance_bias[batch["cand_dist"]]
         spell = spell + (~batch["cand_mask"]).to(spell.dtype) * NEG_INF
         return {
