@@ -55,3 +55,29 @@ def test_declared_parameter_groups():
     assert groups["head"] and all(n in names for n in groups["head"])
     assert len(groups["attention"]) == 2 * 3 * 2  # 2 layers × q,k,v × weight,bias
     assert not set(groups["head"]) & set(groups["attention"])
+
+
+def test_a_spell_score_is_the_tokens_query_against_its_candidates_word_vector():
+    """spell[b, l, k] = ⟨q(x_bl), e(cand_blk)⟩/√d + bias[dist_blk], and −1e9 on padding
+    candidates, whatever the other words of the batch."""
+    torch.manual_seed(0)
+    model = TinyQueryModel(TinyConfig(dim=16, heads=2, ffn_dim=32, ngram_buckets=64),
+                           num_intents=8, num_tags=11, max_len=20).eval()
+    with torch.no_grad():
+        model.spell_distance_bias.copy_(torch.tensor([0.5, -0.25, 1.0, 2.0]))
+    forms = torch.randint(1, 64, (7, 16))
+    forms[0] = 0  # the pad form
+    tok = torch.tensor([[1, 2, 3], [4, 0, 0]])
+    cand = torch.tensor([[[5, 6, 0], [6, 1, 2], [3, 0, 0]], [[2, 4, 6], [0, 0, 0], [0, 0, 0]]])
+    dist = torch.randint(0, 4, cand.shape)
+    batch = {"mask": tok != 0, "form_features": forms, "tok_form": tok, "cand_form": cand,
+             "cand_mask": cand != 0, "cand_dist": dist}
+    captured = {}
+    model.spell_query.register_forward_hook(lambda m, i, o: captured.update(query=o))
+    spell = model(batch)["spell"]
+    words = model.embed_words(forms)
+    for b, l, k in [(0, 0, 0), (0, 1, 2), (0, 2, 0), (1, 0, 1)]:
+        want = captured["query"][b, l] @ words[cand[b, l, k]] / 4.0 \
+            + model.spell_distance_bias[dist[b, l, k]]
+        assert torch.allclose(spell[b, l, k], want, atol=1e-5)
+    assert bool((spell[cand == 0] < -1e8).all())
