@@ -1,6 +1,8 @@
+import pytest
 import torch
 import torch.nn.functional as F
 
+from regionfed.models import tiny
 from regionfed.models.text_features import word_ngram_ids
 from regionfed.models.tiny import EinsumSelfAttention, TinyConfig, TinyQueryModel
 
@@ -57,9 +59,12 @@ def test_declared_parameter_groups():
     assert not set(groups["head"]) & set(groups["attention"])
 
 
-def test_a_spell_score_is_the_tokens_query_against_its_candidates_word_vector():
+@pytest.mark.parametrize("max_words", [512, 0])  # all-words matmul, K-candidate gather
+def test_a_spell_score_is_the_tokens_query_against_its_candidates_word_vector(
+        max_words, monkeypatch):
     """spell[b, l, k] = ⟨q(x_bl), e(cand_blk)⟩/√d + bias[dist_blk], and −1e9 on padding
-    candidates, whatever the other words of the batch."""
+    candidates, whatever the other words of the batch — both ways of computing it."""
+    monkeypatch.setattr(tiny, "SPELL_MATMUL_MAX_WORDS", max_words)
     torch.manual_seed(0)
     model = TinyQueryModel(TinyConfig(dim=16, heads=2, ffn_dim=32, ngram_buckets=64),
                            num_intents=8, num_tags=11, max_len=20).eval()
@@ -76,8 +81,8 @@ def test_a_spell_score_is_the_tokens_query_against_its_candidates_word_vector():
     model.spell_query.register_forward_hook(lambda m, i, o: captured.update(query=o))
     spell = model(batch)["spell"]
     words = model.embed_words(forms)
-    for b, l, k in [(0, 0, 0), (0, 1, 2), (0, 2, 0), (1, 0, 1)]:
-        want = captured["query"][b, l] @ words[cand[b, l, k]] / 4.0 \
-            + model.spell_distance_bias[dist[b, l, k]]
-        assert torch.allclose(spell[b, l, k], want, atol=1e-5)
+    for b, t, k in [(0, 0, 0), (0, 1, 2), (0, 2, 0), (1, 0, 1)]:
+        want = captured["query"][b, t] @ words[cand[b, t, k]] / 4.0 \
+            + model.spell_distance_bias[dist[b, t, k]]
+        assert torch.allclose(spell[b, t, k], want, atol=1e-5)
     assert bool((spell[cand == 0] < -1e8).all())
