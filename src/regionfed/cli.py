@@ -163,7 +163,8 @@ def _add_jobs_argument(p: argparse.ArgumentParser) -> None:
                    help="methods × seeds trained at once, each in its own process with "
                    "cores/N torch threads (default: one per free core, at most one per "
                    "run; 1 under OMP_NUM_THREADS, on a GPU or a Flower runtime; 1 = all in "
-                   "this process). Results equal one process's up to float summation order")
+                   "this process); the costliest runs start first. Results equal one "
+                   "process's up to float summation order")
 
 
 def build_parser() -> argparse.ArgumentParser:
