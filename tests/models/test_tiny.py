@@ -64,7 +64,7 @@ def test_a_spell_score_is_the_tokens_query_against_its_candidates_word_vector(
         max_words, monkeypatch):
     """spell[b, l, k] = ⟨q(x_bl), e(cand_blk)⟩/√d + bias[dist_blk], and −1e9 on padding
     candidates, whatever the other words of the batch — both ways of computing it."""
-    monkeypatch.setattr(tiny, "SPELL_MATMUL_MAX_WORDS", max_words)
+    monkeypatch.setattr(tiny, "SPELL_MATMUL_MAX_WORDS", {True: max_words, False: max_words})
     torch.manual_seed(0)
     model = TinyQueryModel(TinyConfig(dim=16, heads=2, ffn_dim=32, ngram_buckets=64),
                            num_intents=8, num_tags=11, max_len=20).eval()
@@ -86,3 +86,5 @@ def test_a_spell_score_is_the_tokens_query_against_its_candidates_word_vector(
             + model.spell_distance_bias[dist[b, t, k]]
         assert torch.allclose(spell[b, t, k], want, atol=1e-5)
     assert bool((spell[cand == 0] < -1e8).all())
+    with torch.no_grad():  # evaluation computes the same scores
+        assert torch.allclose(model(batch)["spell"], spell, atol=1e-5)

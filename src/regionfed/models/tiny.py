@@ -24,11 +24,11 @@ from torch.nn import functional as F
 NUM_DISTANCE_BUCKETS = 4  # deletion distance 0, 1, 2, and "farther" (gold injected in training)
 NEG_INF = -1e9  # a finite mask value: -inf rows would give NaN softmaxes on padding
 #: the spell head scores a token against all of a batch's U distinct words (then picks its K
-#: candidates) up to this U, else gathers the K candidate vectors. Measured (one thread,
-#: default workload, forward + backward of the head): 0.36× the gather's time at batch 32
-#: (U ≈ 170), 0.61× at batch 512 (U ≈ 1,000); forward only 0.85× at U ≈ 170, 1.18× at
-#: U ≈ 450, 2× at U ≈ 1,000 — and a 2,560-query batch (U ≈ 5,000) twice as slow in all
-SPELL_MATMUL_MAX_WORDS = 512
+#: candidates) up to this U, else gathers the K candidate vectors — with gradients / without.
+#: Measured (one thread, default workload, the head with its word vectors): with gradients
+#: 0.36× the gather's time at batch 32 (U ≈ 170), 0.61× at batch 512 (U ≈ 1,000), 2× at
+#: batch 2,560 (U ≈ 5,000); forward only 0.85× at U ≈ 170, 1.18× at U ≈ 450, 2× at U ≈ 1,000
+SPELL_MATMUL_MAX_WORDS = {True: 1024, False: 256}
 
 
 class TinyConfig(BaseModel):
@@ -132,7 +132,7 @@ class TinyQueryModel(nn.Module):
         weights = mask.to(x.dtype)
         pooled = (x * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1.0)
         query = self.spell_query(x)
-        if words.shape[0] <= SPELL_MATMUL_MAX_WORDS:
+        if words.shape[0] <= SPELL_MATMUL_MAX_WORDS[torch.is_grad_enabled()]:
             # every token's query against every distinct word of the batch, then each token's
             # K candidates picked out: the same dot products as gathering the (B, L, K, d)
             # candidate vectors, without that tensor or its scatter-add backward
