@@ -109,7 +109,7 @@ def test_optimizer_uses_fused_kernels_with_the_same_updates(name):
         assert not torch.equal(a, torch.zeros_like(a))
 
 
-def test_a_non_finite_loss_raises_before_any_step(tiny_task, setup):
+def test_a_non_finite_loss_raises(tiny_task, setup):
     _, start, _ = setup
     with pytest.raises(NumericalError, match="non-finite loss"):
         _train(tiny_task, setup, extra_loss=lambda model: torch.tensor(float("inf")))

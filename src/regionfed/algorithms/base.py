@@ -57,6 +57,12 @@ class ParameterBlock:
     def span(self) -> slice:
         return slice(self.offset, self.offset + self.size)
 
+    def mask(self, dim: int) -> torch.Tensor:
+        """A bool mask over the flat vector (``dim`` entries) selecting this tensor."""
+        mask = torch.zeros(dim, dtype=torch.bool)
+        mask[self.span] = True
+        return mask
+
 
 @dataclass(frozen=True)
 class FederationView:

@@ -37,7 +37,6 @@ from regionfed.algorithms.base import (
     ClientContext,
     ClientResult,
     FederationView,
-    ParameterBlock,
     Strategy,
     TrainInstruction,
 )
@@ -90,7 +89,7 @@ class RegionFedPlus(Strategy):
             self.part = view.group_mask("head", dim)  # raises if the model declares none
         groups = {g: view.group_mask(g, dim) for g in view.parameter_groups}
         if self.config.shrinkage_blocks == "tensors":
-            groups = {f"{g}:{t.name}": tensor_mask(t, dim)
+            groups = {f"{g}:{t.name}": t.mask(dim)
                       for g, tensors in view.parameter_groups.items() for t in tensors}
         self.blocks = partition_blocks(groups, dim)
         if self.part is not None:  # the offsets live on the head only
@@ -243,13 +242,6 @@ class RegionFedPlus(Strategy):
     def receive_client_evaluation_arrays(self, region: str,
                                          arrays: dict[str, torch.Tensor]) -> None:
         self.received_regional = {region: arrays["regional"]} if "regional" in arrays else {}
-
-
-def tensor_mask(tensor: ParameterBlock, dim: int) -> torch.Tensor:
-    """A bool mask over the flat vector (``dim`` entries) selecting one tensor."""
-    mask = torch.zeros(dim, dtype=torch.bool)
-    mask[tensor.span] = True
-    return mask
 
 
 def personal_anchor_weight(lam: float, personal: torch.Tensor, anchor: torch.Tensor,
