@@ -3,6 +3,7 @@ import torch
 
 from regionfed.errors import NumericalError
 from regionfed.runtime.local_training import (
+    FusedAdamW,
     OptimizerConfig,
     deterministic,
     steps_per_epoch,
@@ -94,7 +95,10 @@ def test_optimizer_uses_fused_kernels_with_the_same_updates(name):
     fused = [torch.randn(7, 5, requires_grad=True), torch.randn(3, requires_grad=True)]
     plain = [t.detach().clone().requires_grad_(True) for t in fused]
     opt = make_optimizer(fused, config)
-    assert opt.defaults["fused"] is True
+    if name == "sgd":
+        assert opt.defaults["fused"] is True
+    else:
+        assert isinstance(opt, FusedAdamW)
     reference = (torch.optim.SGD(plain, lr=0.01, momentum=0.9, weight_decay=0.1,
                                  foreach=True) if name == "sgd"
                  else torch.optim.AdamW(plain, lr=0.01, weight_decay=0.1, foreach=True))
@@ -107,6 +111,34 @@ def test_optimizer_uses_fused_kernels_with_the_same_updates(name):
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         assert not torch.equal(a, torch.zeros_like(a))
+
+
+def test_fused_adamw_is_torch_optim_adamw_bit_for_bit():
+    """FusedAdamW is torch.optim.AdamW(fused=True) without its per-step bookkeeping: the same
+    values to the last bit, also when a tensor has no gradient for some steps (skipped, its
+    state and step count untouched, as torch.optim does)."""
+    torch.manual_seed(0)
+    ours = [torch.randn(7, 5, requires_grad=True), torch.randn(3, requires_grad=True)]
+    theirs = [t.detach().clone().requires_grad_(True) for t in ours]
+    opt = FusedAdamW(ours, lr=0.01, weight_decay=0.1)
+    reference = torch.optim.AdamW(theirs, lr=0.01, weight_decay=0.1, fused=True)
+    for step in range(20):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            if i == 1 and step % 3 == 0:  # the bias has no gradient every third step
+                a.grad = b.grad = None
+                continue
+            g = torch.cos(torch.arange(a.numel(), dtype=torch.float32) * (step + 1)).view_as(a)
+            a.grad, b.grad = g, g.clone()
+        opt.step()
+        reference.step()
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.equal(a, b)
+    assert float(opt.steps[1]) == float(reference.state[theirs[1]]["step"]) == 13
+    for a in ours:
+        a.grad = None
+    before = [a.detach().clone() for a in ours]
+    opt.step()  # nothing has a gradient: nothing moves
+    assert all(torch.equal(a, b) for a, b in zip(ours, before, strict=True))
 
 
 def test_a_non_finite_loss_raises(tiny_task, setup):

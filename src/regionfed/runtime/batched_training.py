@@ -40,14 +40,12 @@ from torch.optim import adamw as torch_adamw
 from regionfed.errors import NumericalError
 from regionfed.models.tasks import Batch, Task, device_of, to_device
 from regionfed.runtime.local_training import (
+    ADAMW_BETAS,
+    ADAMW_EPS,
     OptimizerConfig,
     deterministic,
     has_fused_kernels,
 )
-
-ADAMW_BETAS = (0.9, 0.999)
-ADAMW_EPS = 1e-8
-
 
 # -- stacking batches --------------------------------------------------------------------
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
+from torch.optim import adamw as torch_adamw
 
 from regionfed.errors import NumericalError
 from regionfed.models.tasks import Task, device_of, to_device
@@ -37,21 +38,67 @@ def has_fused_kernels(tensors: list[torch.Tensor]) -> bool:
     return all(t.is_floating_point() and t.device.type in ("cpu", "cuda") for t in tensors)
 
 
-def make_optimizer(params: Any, config: OptimizerConfig) -> torch.optim.Optimizer:
-    """A fresh ``torch.optim`` SGD or AdamW over ``params``.
+#: torch.optim.AdamW's β and ε (the only ones we use)
+ADAMW_BETAS = (0.9, 0.999)
+ADAMW_EPS = 1e-8
+
+
+class FusedAdamW:
+    """``torch.optim.AdamW(params, lr, weight_decay=λ, fused=True)`` as a plain object: the
+    same state (``exp_avg``, ``exp_avg_sq``, a float32 step count per tensor) and the same
+    call to torch's functional AdamW with its fused kernel, so every step is bit-identical
+    (tested) — without the ``Optimizer`` class's per-step bookkeeping (hooks, grouping,
+    state lookups), ~0.15 ms of a ~3.7 ms tiny-model step on one thread (−4 %, measured).
+    Tensors whose ``grad`` is None are skipped, as ``torch.optim`` skips them."""
+
+    def __init__(self, params: list[torch.Tensor], lr: float, weight_decay: float) -> None:
+        self.params = list(params)
+        self.lr, self.weight_decay = lr, weight_decay
+        self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format)
+                        for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format)
+                           for p in self.params]
+        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device)
+                      for p in self.params]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        grads = [p.grad for p in self.params]
+        if any(g is None for g in grads):
+            live = [i for i, g in enumerate(grads) if g is not None]
+            if not live:
+                return
+            lists = [[seq[i] for i in live] for seq in
+                     (self.params, grads, self.exp_avg, self.exp_avg_sq, self.steps)]
+        else:
+            lists = [self.params, grads, self.exp_avg, self.exp_avg_sq, self.steps]
+        params, grads, exp_avg, exp_avg_sq, steps = lists
+        torch_adamw.adamw(params, grads, exp_avg, exp_avg_sq, [], steps, fused=True,
+                          amsgrad=False, beta1=ADAMW_BETAS[0], beta2=ADAMW_BETAS[1],
+                          lr=self.lr, weight_decay=self.weight_decay, eps=ADAMW_EPS,
+                          maximize=False)
+
+
+def make_optimizer(params: Any, config: OptimizerConfig
+                   ) -> torch.optim.Optimizer | FusedAdamW:
+    """A fresh SGD or AdamW over ``params`` (only its ``step()`` is used).
 
     Fused kernels (one kernel per tensor for the whole update) where torch has them for
     every tensor — floating point, on the CPU or CUDA —, else the ``foreach`` loop. Same
     update rule; on the tiny model a fused AdamW step takes ~0.3 ms against ~0.9 ms
-    (43 small tensors, one thread), and results differ only in the last bits.
+    (43 small tensors, one thread), and results differ only in the last bits. A fused AdamW
+    is :class:`FusedAdamW` (the same step without ``torch.optim``'s per-step overhead).
     """
     params = list(params)
-    kernel = {"fused": True} if has_fused_kernels(params) else {"foreach": True}
+    fused = has_fused_kernels(params)
     if config.name == "sgd":
         return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum,
-                               weight_decay=config.weight_decay, **kernel)
+                               weight_decay=config.weight_decay,
+                               **({"fused": True} if fused else {"foreach": True}))
+    if fused:
+        return FusedAdamW(params, config.lr, config.weight_decay)
     return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay,
-                             **kernel)
+                             foreach=True)
 
 
 def train_local(task: Task, model: nn.Module, start: torch.Tensor, prepared: Any, *,
@@ -159,22 +206,32 @@ def mean_gradient(task: Task, model: nn.Module, params: torch.Tensor, prepared: 
     return grad.detach().to("cpu", copy=True)
 
 
-@torch.no_grad()
+#: examples per forward pass when a whole split is scored (no gradients)
+EVAL_BATCH_SIZE = 512
+
+
 def example_losses(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
-                   batch_size: int = 512) -> torch.Tensor:
+                   batch_size: int = EVAL_BATCH_SIZE) -> torch.Tensor:
     """The loss of every example of ``prepared`` under ``params`` (e.g. a validation split)."""
+    return batch_losses(task, model, params, task.batches(prepared, batch_size, None))
+
+
+@torch.no_grad()
+def batch_losses(task: Task, model: nn.Module, params: torch.Tensor, batches: Iterable[Any]
+                 ) -> torch.Tensor:
+    """The loss of every example of ``batches`` (in order) under ``params``: for a caller
+    that scores many models on the same data and keeps its batches."""
     set_flat(model, params)
     was_training = model.training
     model.eval()
     device = device_of(model)
-    parts = [task.example_losses(model, to_device(batch, device)).cpu()
-             for batch in task.batches(prepared, batch_size, None)]
+    parts = [task.example_losses(model, to_device(batch, device)).cpu() for batch in batches]
     model.train(was_training)
     return torch.cat(parts) if parts else torch.zeros(0)
 
 
 def loss_sum(task: Task, model: nn.Module, params: torch.Tensor, prepared: Any,
-             batch_size: int = 512) -> tuple[float, int]:
+             batch_size: int = EVAL_BATCH_SIZE) -> tuple[float, int]:
     """(Σ per-example loss, n) of ``params`` on ``prepared``."""
     losses = example_losses(task, model, params, prepared, batch_size)
     return float(losses.sum()), int(losses.numel())
