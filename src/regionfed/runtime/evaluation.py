@@ -35,10 +35,22 @@ class FederationEvaluator:
 
         Returns the overall metrics, ``per_region`` (region → Overall), ``per_region_metrics``
         (region → all metrics), ``per_client`` (client → Overall on its own split) and the
-        regional summary (``rrs``, ``worst_region``, ``region_std``).
+        regional summary (``rrs``, ``worst_region``, ``region_std``). A task with additive
+        score statistics (:meth:`Task.score_counts`) scores each client once and sums its
+        counts for the regions and the whole federation (the same numbers as scoring the
+        pooled predictions, a third of the work); any other task is scored three times.
         """
         fed, task = self.federation, self.task
         predictions = {c.client_id: predict(c) for c in fed.clients}
+        try:
+            counts = {c.client_id: task.score_counts(predictions[c.client_id], c.split(split))
+                      for c in fed.clients}
+        except TypeError:  # no additive statistics: score the pooled predictions
+            counts = None
+        if counts is not None:
+            return scores_from_counts(
+                task, {r: [c.client_id for c in fed.clients_in(r)] for r in fed.regions},
+                counts)
         per_region_metrics = {}
         for region in fed.regions:
             parts = [predictions[c.client_id] for c in fed.clients_in(region)]
@@ -53,6 +65,26 @@ class FederationEvaluator:
                                 for c in fed.clients}
         result.update(metrics.regional_summary(result["per_region"]))
         return result
+
+
+def scores_from_counts(task: Task, region_clients: dict[str, list[str]],
+                       counts: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """What :meth:`FederationEvaluator.evaluate` returns, from per-client additive counts
+    (:meth:`Task.score_counts`): a region's metrics are those of its clients' summed counts,
+    the overall ones of everyone's (clients in ``region_clients`` order)."""
+    def total(clients: list[str]) -> dict[str, float]:
+        keys = counts[clients[0]].keys()
+        return {k: sum(counts[c][k] for c in clients) for k in keys}
+
+    everyone = [c for clients in region_clients.values() for c in clients]
+    per_region_metrics = {r: task.score_from_counts(total(clients))
+                          for r, clients in region_clients.items()}
+    result: dict[str, Any] = dict(task.score_from_counts(total(everyone)))
+    result["per_region"] = {r: m["overall"] for r, m in per_region_metrics.items()}
+    result["per_region_metrics"] = per_region_metrics
+    result["per_client"] = {c: task.score_from_counts(counts[c])["overall"] for c in everyone}
+    result.update(metrics.regional_summary(result["per_region"]))
+    return result
 
 
 def loggable(result: dict[str, Any]) -> dict[str, Any]:

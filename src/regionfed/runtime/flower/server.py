@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from regionfed import metrics
 from regionfed.algorithms.base import (
     ClientResult,
     Ensemble,
@@ -34,6 +33,7 @@ from regionfed.algorithms.base import (
 )
 from regionfed.errors import MethodNotApplicableError
 from regionfed.privacy.ledger import PrivacyLedger
+from regionfed.runtime.evaluation import scores_from_counts
 from regionfed.runtime.faults import RoundFaults, faults_log, screen
 from regionfed.runtime.flower.codec import decode_result, encode_instruction
 from regionfed.runtime.flower.polling import Backoff
@@ -275,19 +275,7 @@ def pooled_scores(task: Any, view: FederationView, counts: dict[str, dict[str, f
                   ) -> dict[str, Any]:
     """Per-region and overall metrics from per-client additive counts (the same keys as
     :meth:`FederationEvaluator.evaluate`)."""
-    def total(clients: list[str]) -> dict[str, float]:
-        keys = counts[clients[0]].keys()
-        return {k: sum(counts[c][k] for c in clients) for k in keys}
-
-    per_region_metrics = {r: task.score_from_counts(total(view.clients_in(r)))
-                          for r in view.regions}
-    result: dict[str, Any] = dict(task.score_from_counts(total(view.clients)))
-    result["per_region"] = {r: m["overall"] for r, m in per_region_metrics.items()}
-    result["per_region_metrics"] = per_region_metrics
-    result["per_client"] = {c: task.score_from_counts(counts[c])["overall"]
-                            for c in view.clients}
-    result.update(metrics.regional_summary(result["per_region"]))
-    return result
+    return scores_from_counts(task, {r: view.clients_in(r) for r in view.regions}, counts)
 
 
 def params_tensor(content: Any) -> torch.Tensor:
