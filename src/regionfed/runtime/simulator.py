@@ -54,7 +54,8 @@ from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator, loggable
 from regionfed.runtime.faults import faults_log, round_faults, screen
 from regionfed.runtime.local_training import (
-    example_losses,
+    EVAL_BATCH_SIZE,
+    batch_losses,
     loss_sum,
     mean_gradient,
     steps_per_epoch,
@@ -499,13 +500,16 @@ class Simulator:
             if len(set(members)) == len(members):
                 self.shared_scores.share(params, members)
 
-    def _pooled_validation(self, clients: list[SimulatedClient]) -> tuple[Any, Any]:
-        """The clients' validation data concatenated: (prepared, dataset); a whole region's
-        is kept (it recurs every round), other groups are built when asked."""
+    def _pooled_validation(self, clients: list[SimulatedClient]
+                           ) -> tuple[list[Any], Any]:
+        """The clients' validation data concatenated: (its evaluation batches, dataset); a
+        whole region's is kept (it recurs every round: the ρ search scores ~14 models a round
+        on the same batches), other groups are built when asked."""
         key = tuple(c.client_id for c in clients)
         pooled = self._pooled_val.get(key)
         if pooled is None:
-            pooled = (self.task.concat_prepared([c.prepared_val for c in clients]),
+            prepared = self.task.concat_prepared([c.prepared_val for c in clients])
+            pooled = (list(self.task.batches(prepared, EVAL_BATCH_SIZE, None)),
                       concat_splits([c.data.val for c in clients]))
             # whole regions recur every round; a Poisson sample of one (private model
             # selection) rarely does, and caching every sample would grow without bound
@@ -546,9 +550,9 @@ class Simulator:
             if len(members) < 2 or (score and not can_split):
                 continue
             clients = [self.clients[instructions[i].client_id] for i in members]
-            prepared, _ = self._pooled_validation(clients)
+            batches, _ = self._pooled_validation(clients)
             params = instructions[members[0]].params
-            losses = example_losses(self.task, self.model, params, prepared)
+            losses = batch_losses(self.task, self.model, params, batches)
             sizes = [self.task.num_examples(c.prepared_val) for c in clients]
             scores = self.pooled_scores(clients, params) if score else [None] * len(clients)
             offset = 0
