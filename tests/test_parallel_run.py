@@ -66,11 +66,13 @@ def test_jobs_below_one_is_refused(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-def test_the_pool_starts_the_costliest_runs_first(tmp_path, monkeypatch):
-    """Longest-processing-time order: interp and meta are started before fedavg, so the last
-    run left on one core is a short one; every trainable method has a cost estimate."""
+def test_the_pool_gets_the_runs_in_a_balanced_order(tmp_path, monkeypatch):
+    """The pool receives every run once, in the order that balances the workers by the
+    methods' cost estimates (pool_order): its estimated end is no later than longest-first's
+    (interp, meta, …), and every trainable method has a cost estimate."""
     from regionfed import experiment
-    from regionfed.algorithms.registry import METHODS
+    from regionfed.algorithms.registry import METHODS, get_method
+    from regionfed.runtime.workers import pool_makespan
 
     assert all(spec.cost > 0 for spec in METHODS.values() if spec.kind != "reference")
     submitted = []
@@ -80,9 +82,17 @@ def test_the_pool_starts_the_costliest_runs_first(tmp_path, monkeypatch):
         return [None] * len(jobs)
 
     monkeypatch.setattr(experiment, "run_in_workers", record)
-    config = experiment.build_config({"methods": ["majority", "fedavg", "regionfed-interp",
-                                                  "local", "regionfed-meta"], "seeds": 2})
+    methods = ["majority", "fedavg", "regionfed-interp", "local", "regionfed-meta",
+               "regionfed-grad"]
+    config = experiment.build_config({"methods": methods, "seeds": 2})
     experiment._train_in_workers(config, tmp_path, 2, progress=False, resume=False)
-    assert submitted == [("regionfed-interp", 0), ("regionfed-interp", 1),
-                         ("regionfed-meta", 0), ("regionfed-meta", 1),
-                         ("fedavg", 0), ("fedavg", 1), ("local", 0), ("local", 1)]
+    runs = [(m, s) for m in methods if m != "majority" for s in range(2)]
+    assert sorted(submitted) == sorted(runs)
+    costs = {run: get_method(run[0]).cost for run in runs}
+    longest_first = sorted(runs, key=lambda run: -costs[run])
+
+    def end(order):
+        return pool_makespan(range(len(order)), [costs[r] for r in order], 2)
+
+    assert end(submitted) <= end(longest_first)
+    assert end(submitted) < end(longest_first) or submitted == longest_first

@@ -45,7 +45,12 @@ from regionfed.runtime.round_checkpoint import RoundCheckpoints, run_identity
 from regionfed.runtime.runtimes import runtime_for
 from regionfed.runtime.simulator import FederatedRun
 from regionfed.runtime.threads import use_free_cores
-from regionfed.runtime.workers import auto_workers, run_in_workers, worker_threads
+from regionfed.runtime.workers import (
+    auto_workers,
+    pool_order,
+    run_in_workers,
+    worker_threads,
+)
 from regionfed.tuning import candidates, choose, final_validation_overall
 
 SUMMARY_KEYS = ("overall", "intent", "spell", "ner_f1", "ner_entity_f1", "rrs",
@@ -345,9 +350,10 @@ def _train_in_workers(config: RunConfig, out: Path, workers: int, progress: bool
         bar.close()
     pending = [(m, s) for m, s in _trainable_jobs(config) if m not in not_applicable
                and not (resume and _partial_path(out, m, s).exists())]
-    # the costliest first (longest-processing-time order): the pool's last run is a short
-    # one, not interp or meta alone on one core for minutes
-    pending.sort(key=lambda job: -get_method(job[0]).cost)
+    # an order that balances the workers by the methods' cost estimates: the pool does not
+    # end on interp or meta alone on one core for minutes
+    pending = [pending[i] for i in pool_order([get_method(m).cost for m, _ in pending],
+                                              workers)]
     if resume:
         for method, seed in pending:
             _drop_stale_round_logs(out, method, seed, _saved_tuning(config, out, method)[0])

@@ -5,7 +5,13 @@ import os
 
 import pytest
 
-from regionfed.runtime.workers import auto_workers, run_in_workers, worker_threads
+from regionfed.runtime.workers import (
+    auto_workers,
+    pool_makespan,
+    pool_order,
+    run_in_workers,
+    worker_threads,
+)
 
 
 def square_and_pid(x):
@@ -57,3 +63,26 @@ def test_a_user_thread_count_means_one_process(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert 1 <= auto_workers(10) <= len(os.sched_getaffinity(0))
     assert auto_workers(1) == 1
+
+
+def test_pool_makespan_follows_the_first_free_worker():
+    # two workers: 3 | 2, the free one (t=2) takes 2 → 4, then (t=3) takes 1 → 4
+    assert pool_makespan([0, 1, 2, 3], [3.0, 2.0, 2.0, 1.0], 2) == 4.0
+    assert pool_makespan([0, 1], [3.0, 2.0], 1) == 5.0
+
+
+def test_pool_order_beats_longest_first_where_it_can():
+    """3, 3, 2, 2, 2 on two workers: longest-first ends at 7 (3+2+2 | 3+2), the balanced
+    order at 6 (3+3 | 2+2+2), the best there is; every job exactly once."""
+    costs = [3.0, 3.0, 2.0, 2.0, 2.0]
+    assert pool_makespan([0, 1, 2, 3, 4], costs, 2) == 7.0
+    order = pool_order(costs, 2)
+    assert sorted(order) == list(range(5))
+    assert pool_makespan(order, costs, 2) == 6.0
+
+
+def test_pool_order_is_longest_first_for_one_worker_or_too_many_jobs():
+    costs = [1.0, 4.0, 2.0, 3.0]
+    assert pool_order(costs, 1) == [1, 3, 2, 0]
+    assert pool_order(costs, 2, max_jobs=3) == [1, 3, 2, 0]
+    assert pool_order([], 2) == []

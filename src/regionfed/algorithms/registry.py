@@ -63,7 +63,7 @@ class MethodSpec:
 #: makes for the others. A scheduling hint only: worker pools start the costliest runs
 #: first, so that the last one to finish does not run alone for long.
 RELATIVE_COST = {
-    "majority": 0.0, "centralized": 0.95, "centralized-rw": 0.95, "local": 1.0,
+    "majority": 0.0, "centralized": 0.9, "centralized-rw": 0.9, "local": 1.0,
     "fedavg": 1.0, "fedprox": 1.1, "scaffold": 1.2, "pfedme": 1.5, "ditto": 2.0, "apfl": 2.0,
     "fedbabu": 1.1, "fedrep": 1.2, "fedtp": 1.2, "region-fedavg": 1.15,
     "regionfed-grad": 1.5, "regionfed-interp": 2.5, "regionfed-meta": 2.1,

@@ -12,6 +12,8 @@ once per worker, not once per job.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -36,6 +38,43 @@ def worker_threads(workers: int, cores: int | None = None) -> int:
     """torch threads per worker: the cores divided among the workers, at least 1."""
     cores = len(usable_cores()) if cores is None else cores
     return max(1, cores // workers)
+
+
+def pool_makespan(order: Sequence[int], costs: Sequence[float], workers: int) -> float:
+    """When the last of ``workers`` finishes if each, once free, takes the next job of
+    ``order`` (job ``i`` lasting ``costs[i]``): the pool of :func:`run_in_workers`."""
+    free = [(0.0, w) for w in range(workers)]
+    end = 0.0
+    for job in order:
+        start, worker = heapq.heappop(free)
+        end = max(end, start + costs[job])
+        heapq.heappush(free, (start + costs[job], worker))
+    return end
+
+
+def pool_order(costs: Sequence[float], workers: int, max_jobs: int = 200) -> list[int]:
+    """An order of the jobs for a pool of ``workers`` that ends as early as the cost
+    estimates allow: longest-processing-time first (Graham 1969), then any swap of two jobs
+    that shortens the estimated makespan (:func:`pool_makespan`) while one does.
+
+    On ``make run``'s ten runs (measured seconds 104, 89, 63, 63, 49, 42, 42, 38, 37, 1 on
+    two workers) longest-first ends at 280 s, the swaps at 264 s (half the sum: 264 s).
+    Beyond ``max_jobs`` jobs, longest-first only (the swaps cost O(n³))."""
+    order = sorted(range(len(costs)), key=lambda i: -costs[i])
+    if workers <= 1 or len(order) <= workers or len(order) > max_jobs:
+        return order
+    best = pool_makespan(order, costs, workers)
+    improved = True
+    while improved:
+        improved = False
+        for i, j in itertools.combinations(range(len(order)), 2):
+            order[i], order[j] = order[j], order[i]
+            span = pool_makespan(order, costs, workers)
+            if span < best - 1e-9:
+                best, improved = span, True
+            else:
+                order[i], order[j] = order[j], order[i]
+    return order
 
 
 def run_in_workers(function: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], workers: int,
