@@ -13,14 +13,22 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test lint setup clean
 
+# wheels are unpacked without pip's one-by-one byte-compiling, then compiled on every core
+# with the packages' own tests/ left out (never imported): a fresh core venv in ~24 s instead
+# of ~34 s. A file written for a newer Python does not compile here (pip skips such files
+# silently too), hence the `|| true`.
+PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile
+COMPILE     := $(BIN)/python -m compileall -qq -j 0 -x '/tests?/' $(VENV)/lib || true
+
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(PIP_INSTALL) -e .
+	$(COMPILE)
 	touch $(CORE)
 
 $(STAMP): $(CORE)
-	$(BIN)/python -m pip install --quiet -e '.[dev,hf,flower,data]'
+	$(PIP_INSTALL) -e '.[dev,hf,flower,data]'
+	$(COMPILE)
 	touch $(STAMP)
 
 setup: $(STAMP)
