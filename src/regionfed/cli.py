@@ -163,7 +163,8 @@ def _add_jobs_argument(p: argparse.ArgumentParser) -> None:
                    help="methods × seeds trained at once, each in its own process with "
                    "cores/N torch threads (default: one per free core, at most one per "
                    "run; 1 under OMP_NUM_THREADS, on a GPU or a Flower runtime; 1 = all in "
-                   "this process); the costliest runs start first. Results equal one "
+                   "this process); runs are handed out in an order that balances the "
+                   "workers by each method's cost estimate. Results equal one "
                    "process's up to float summation order")
 
 

@@ -59,9 +59,10 @@ class MethodSpec:
 
 
 #: each method's run time relative to ``fedavg``'s — measured for ``make run``'s methods
-#: (default workload, one thread, 2026-12-06: fedavg 48 s), from the client passes a round
-#: makes for the others. A scheduling hint only: worker pools start the costliest runs
-#: first, so that the last one to finish does not run alone for long.
+#: (default workload, one thread, 2026-12-06: fedavg 42 s, centralized 38 s, interp 104 s),
+#: from the client passes a round makes for the others. A scheduling hint only: worker
+#: pools get the runs in an order balanced by these (:func:`~regionfed.runtime.workers.
+#: pool_order`), so that the last one to finish does not run alone for long.
 RELATIVE_COST = {
     "majority": 0.0, "centralized": 0.9, "centralized-rw": 0.9, "local": 1.0,
     "fedavg": 1.0, "fedprox": 1.1, "scaffold": 1.2, "pfedme": 1.5, "ditto": 2.0, "apfl": 2.0,
