@@ -72,8 +72,9 @@ def scores_from_counts(task: Task, region_clients: dict[str, list[str]],
     """What :meth:`FederationEvaluator.evaluate` returns, from per-client additive counts
     (:meth:`Task.score_counts`): a region's metrics are those of its clients' summed counts,
     the overall ones of everyone's (clients in ``region_clients`` order)."""
+    keys = next(iter(counts.values())).keys()
+
     def total(clients: list[str]) -> dict[str, float]:
-        keys = counts[clients[0]].keys()
         return {k: sum(counts[c][k] for c in clients) for k in keys}
 
     everyone = [c for clients in region_clients.values() for c in clients]
