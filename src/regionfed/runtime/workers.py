@@ -52,14 +52,15 @@ def pool_makespan(order: Sequence[int], costs: Sequence[float], workers: int) ->
     return end
 
 
-def pool_order(costs: Sequence[float], workers: int, max_jobs: int = 200) -> list[int]:
+def pool_order(costs: Sequence[float], workers: int, max_jobs: int = 40) -> list[int]:
     """An order of the jobs for a pool of ``workers`` that ends as early as the cost
     estimates allow: longest-processing-time first (Graham 1969), then any swap of two jobs
     that shortens the estimated makespan (:func:`pool_makespan`) while one does.
 
     On ``make run``'s ten runs (measured seconds 104, 89, 63, 63, 49, 42, 42, 38, 37, 1 on
     two workers) longest-first ends at 280 s, the swaps at 264 s (half the sum: 264 s).
-    Beyond ``max_jobs`` jobs, longest-first only (the swaps cost O(n³))."""
+    Beyond ``max_jobs`` jobs, longest-first only: the swaps cost O(n³) (0.08 s for 40 jobs)
+    and longest-first is already within ~0.1 % of half the sum there (random costs)."""
     order = sorted(range(len(costs)), key=lambda i: -costs[i])
     if workers <= 1 or len(order) <= workers or len(order) > max_jobs:
         return order
