@@ -184,10 +184,15 @@ def plot_regionfed(records: list[dict[str, Any]], method: str, path: Path, title
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     ax = axes[2]
+    # one scatter per colour, not per point: 160 one-point artists took ~0.3 s a plot
+    points: dict[str, tuple[list[int], list[int]]] = {}
     for row, region in enumerate(regions):
         for rnd, strategy in series["strategy"].get(region, {}).items():
-            ax.scatter(rnd, row, color=STRATEGY_COLOURS.get(str(strategy), "grey"), s=30,
-                       marker="s")
+            xs, ys = points.setdefault(STRATEGY_COLOURS.get(str(strategy), "grey"), ([], []))
+            xs.append(rnd)
+            ys.append(row)
+    for colour, (xs, ys) in points.items():
+        ax.scatter(xs, ys, color=colour, s=30, marker="s")
     ax.set_yticks(range(len(regions)), regions, fontsize=7)
     _integer_rounds(ax)
     ax.set_xlabel("round")
