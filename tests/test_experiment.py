@@ -140,3 +140,63 @@ def test_golden_section_under_dp_needs_an_explicit_override(tmp_path, capsys):
     record = json.loads((out / "privacy.json").read_text())["methods"]["regionfed-grad"]
     assert record["unaccounted"] == ["ρ search (un-noised validation data)"]
     assert "does not cover ρ search" in stdout
+
+
+def test_centralized_rw_on_equal_regions_is_the_centralized_run(tmp_path, capsys,
+                                                                 monkeypatch):
+    """Equal-sized regions weigh every example 1: centralized-rw is not trained again; its
+    record, round logs and checkpoint are centralized's (the same computation, bit for
+    bit), marked as reused and said so under the table."""
+    from regionfed import experiment
+
+    trained = []
+    real = experiment.run_method
+
+    def counting(method, *args, **kwargs):
+        trained.append(method)
+        return real(method, *args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_method", counting)
+    out = tmp_path / "rw"
+    code, stdout, _ = run_cli(capsys, "run", *SMALL, "--methods", "centralized-rw,centralized",
+                              "--rounds", "2", "--jobs", "1", "--out", str(out))
+    assert code == 0 and trained == ["centralized"]
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["methods"]) == ["centralized-rw", "centralized"]  # as configured
+    rw, plain = results["methods"]["centralized-rw"], results["methods"]["centralized"]
+    assert {k: v for k, v in rw.items() if k != "seeds"} == \
+        {k: v for k, v in plain.items() if k != "seeds"}
+    assert [{k: v for k, v in r.items() if not k.startswith("reused_")}
+            for r in rw["seeds"]] == plain["seeds"]
+    assert results["reused"]["centralized-rw"]["from"] == "centralized"
+    assert "exactly 1" in results["reused"]["centralized-rw"]["because"]
+    record = json.loads((out / "partial" / "centralized-rw__seed0.json").read_text())
+    assert record["reused_from"] == "centralized"
+    logs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    copied = [{**x, "method": "centralized"} for x in logs if x["method"] == "centralized-rw"]
+    assert len(copied) == 2 and copied == [x for x in logs if x["method"] == "centralized"]
+    checkpoints = out / "checkpoints"
+    assert (checkpoints / "centralized-rw-seed0.safetensors").read_bytes() == \
+        (checkpoints / "centralized-seed0.safetensors").read_bytes()
+    assert "- centralized-rw: the centralized run, not trained twice" in stdout
+
+
+def test_centralized_rw_trains_where_the_weights_are_not_all_one(tmp_path, capsys,
+                                                                 monkeypatch):
+    from regionfed import experiment
+
+    trained = []
+    real = experiment.run_method
+
+    def counting(method, *args, **kwargs):
+        trained.append(method)
+        return real(method, *args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_method", counting)
+    monkeypatch.setattr(experiment, "reweighting_is_identity", lambda federation: False)
+    out = tmp_path / "rw"
+    code, stdout, _ = run_cli(capsys, "run", *SMALL, "--methods", "centralized-rw,centralized",
+                              "--jobs", "1", "--out", str(out))
+    assert code == 0 and trained == ["centralized-rw", "centralized"]
+    results = json.loads((out / "results.json").read_text())
+    assert "reused" not in results and "not trained twice" not in stdout

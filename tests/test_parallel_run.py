@@ -96,3 +96,19 @@ def test_the_pool_gets_the_runs_in_a_balanced_order(tmp_path, monkeypatch):
 
     assert end(submitted) <= end(longest_first)
     assert end(submitted) < end(longest_first) or submitted == longest_first
+
+
+def test_the_pool_leaves_out_the_runs_the_caller_reuses(tmp_path, monkeypatch):
+    from regionfed import experiment
+
+    submitted = []
+
+    def record(function, jobs, workers, **kwargs):
+        submitted.extend(job[2] for job in jobs)
+        return [None] * len(jobs)
+
+    monkeypatch.setattr(experiment, "run_in_workers", record)
+    config = experiment.build_config({"methods": ["centralized", "centralized-rw", "fedavg"]})
+    experiment._train_in_workers(config, tmp_path, 2, progress=False, resume=False,
+                                 skip={"centralized-rw"})
+    assert sorted(submitted) == ["centralized", "fedavg"]

@@ -406,7 +406,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from regionfed.experiment import run_experiment, unique_run_dir
-    from regionfed.report import data_line, results_table
+    from regionfed.report import data_line, results_table, reused_notes
 
     if args.resume:
         out = Path(args.resume)
@@ -419,6 +419,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(results_table(results))
     if line := data_line(results):
         print(line)
+    for note in reused_notes(results):
+        print(note)
     print(f"\nresults: {out / 'results.json'}")
     if args.report:
         from regionfed.report import write_report

@@ -13,7 +13,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,7 @@ from regionfed.privacy.ledger import (
 from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
-from regionfed.runtime.pooled import run_pooled
+from regionfed.runtime.pooled import reweighting_is_identity, run_pooled
 from regionfed.runtime.round_checkpoint import RoundCheckpoints, run_identity
 from regionfed.runtime.runtimes import runtime_for
 from regionfed.runtime.simulator import FederatedRun
@@ -236,6 +236,45 @@ def _trainable_jobs(config: RunConfig) -> list[tuple[str, int]]:
             for s in range(config.seeds)]
 
 
+def reused_runs(config: RunConfig, federation: Federation) -> dict[str, tuple[str, str]]:
+    """Methods of ``config`` whose run is, on ``federation``, the very computation of another
+    method of the run: method → (that method, why). ``centralized-rw`` where every region
+    holds the same number of training examples weighs every example exactly 1 — the
+    ``centralized`` run, same seed, same batches, bit for bit (``make run``'s federation:
+    8 × 1,800) — so its record is that run's, marked ``reused_from``, instead of the same
+    36 s of training twice. Not with tuning (each method tunes on its own)."""
+    if config.tuning.enabled:
+        return {}
+    plain = [m for m in config.methods
+             if get_method(m).kind == "pooled" and not get_method(m).reweight_regions]
+    balanced = [m for m in config.methods
+                if get_method(m).kind == "pooled" and get_method(m).reweight_regions]
+    if not plain or not balanced or not reweighting_is_identity(federation):
+        return {}
+    sizes = sorted(set(federation.region_sizes("train").values()))
+    why = (f"every region holds {sizes[0]:,} training examples, so every weight "
+           "N / (M · n_r) of the region-balanced loss is exactly 1 (the same computation, "
+           "same seed)")
+    return {m: (plain[0], why) for m in balanced}
+
+
+def _reuse_run(out: Path, source: str, method: str, seed: int, record: dict[str, Any],
+               why: str) -> dict[str, Any]:
+    """``method`` × ``seed`` as the finished run of ``source`` it equals (:func:`reused_runs`):
+    that record marked ``reused_from``, its round logs and its checkpoint under ``method``."""
+    _keep_metric_lines(out, method, seed, 0)  # a resumed run's earlier copy, if any
+    path = out / "metrics.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()] \
+        if path.exists() else []
+    for entry in lines:
+        if entry.get("method") == source and entry.get("seed") == seed:
+            append_jsonl(path, {**entry, "method": method})
+    checkpoint = out / "checkpoints" / f"{source}-seed{seed}.safetensors"
+    if checkpoint.exists():
+        shutil.copyfile(checkpoint, out / "checkpoints" / f"{method}-seed{seed}.safetensors")
+    return {**record, "reused_from": source, "reused_because": why}
+
+
 def _parallel_capable(config: RunConfig) -> bool:
     """Whether methods may train in worker processes: in-process runtime on the CPU (an
     accelerator is one device to share; a Flower runtime runs its own processes and ports)."""
@@ -259,14 +298,18 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
         if finished is not None:  # e.g. a published run folder (results.json, no partial/)
             return finished
     write_atomic(config_path, config.to_yaml())
-    not_applicable: dict[str, str] = {}  # method → why it can't run here
-    if workers > 1:
-        not_applicable = _train_in_workers(config, out, workers, progress, resume)
-        resume = True  # what follows reads the workers' finished results
     federation = build_federation(config.dataset, config.data)
     task = build_task(config.model, federation)
     evaluator = FederationEvaluator(task, federation)
-    jobs = [(m, s) for m in config.methods for s in range(config.seeds)]
+    reused = reused_runs(config, federation)
+    not_applicable: dict[str, str] = {}  # method → why it can't run here
+    if workers > 1:
+        not_applicable = _train_in_workers(config, out, workers, progress, resume,
+                                           skip=set(reused))
+        resume = True  # what follows reads the workers' finished results
+    # a reused run after the run it reuses (the results keep the configured order)
+    jobs = sorted(((m, s) for m in config.methods for s in range(config.seeds)),
+                  key=lambda job: job[0] in reused)
     outcomes: dict[str, list[dict[str, Any]]] = {m: [] for m in config.methods}
     privacy: dict[str, dict[str, Any]] = {}
     tuned: dict[str, dict[str, Any]] = {}  # method → tuning record
@@ -289,8 +332,13 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
                 if record.get("privacy") is not None:
                     privacy[method] = record["privacy"]
                 continue
-            record = _run_and_record(method, seed, federation, task, configs[method],
-                                     evaluator, out, progress, resume)
+            source = reused.get(method, (None, ""))[0]
+            done = [r for r in outcomes.get(source, []) if r["seed"] == seed]
+            if done:
+                record = _reuse_run(out, source, method, seed, done[0], reused[method][1])
+            else:
+                record = _run_and_record(method, seed, federation, task, configs[method],
+                                         evaluator, out, progress, resume)
         except MethodNotApplicableError as exc:
             not_applicable[method] = str(exc)
             continue
@@ -305,7 +353,11 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
                "methods": {m: {**summarize_seeds(recs),
                                **({"tuning": tuned[m]} if m in tuned else {})}
                            for m, recs in outcomes.items() if recs},
-               "not_applicable": not_applicable}
+               "not_applicable": not_applicable,
+               **({"reused": {m: {"from": f, "because": why} for m, (f, why) in reused.items()
+                              if outcomes.get(m) and all("reused_from" in r
+                                                         for r in outcomes[m])}}
+                  if reused else {})}
     for method in tuned:
         if method in privacy and not privacy[method]["epsilon_infinite"]:
             privacy[method] = with_unaccounted(privacy[method], TUNING_UNACCOUNTED)
@@ -323,12 +375,13 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
 # -- methods × seeds in worker processes ---------------------------------------------------
 
 def _train_in_workers(config: RunConfig, out: Path, workers: int, progress: bool,
-                      resume: bool) -> dict[str, str]:
+                      resume: bool, skip: Collection[str] = ()) -> dict[str, str]:
     """Train every unfinished method × seed in ``workers`` processes
     (:func:`~regionfed.runtime.workers.run_in_workers`), leaving what the one-process loop
     leaves: ``partial/`` results and tuning records, round logs, checkpoints. Tuning runs
     first (one job per method), so that every seed of a method runs the chosen grid point.
-    Returns method → why it does not apply here.
+    The methods in ``skip`` are left to the caller (:func:`reused_runs`). Returns method →
+    why it does not apply here.
 
     Workers append round logs to ``metrics.jsonl`` side by side (one ``write`` per line:
     lines interleave, never mix); a resumed run's stale lines are dropped here, first."""
@@ -348,7 +401,8 @@ def _train_in_workers(config: RunConfig, out: Path, workers: int, progress: bool
             if why is not None:
                 not_applicable[method] = why
         bar.close()
-    pending = [(m, s) for m, s in _trainable_jobs(config) if m not in not_applicable
+    pending = [(m, s) for m, s in _trainable_jobs(config)
+               if m not in not_applicable and m not in skip
                and not (resume and _partial_path(out, m, s).exists())]
     # an order that balances the workers by the methods' cost estimates: the pool does not
     # end on interp or meta alone on one core for minutes

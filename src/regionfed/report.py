@@ -76,6 +76,12 @@ def data_line(results: dict[str, Any]) -> str | None:
     return "data: " + "; ".join(parts) if parts else None
 
 
+def reused_notes(results: dict[str, Any]) -> list[str]:
+    """One line per method whose record is another method's identical run, and why."""
+    return [f"- {m}: the {r['from']} run, not trained twice — {r['because']}"
+            for m, r in results.get("reused", {}).items()]
+
+
 def not_applicable_notes(results: dict[str, Any]) -> list[str]:
     """One line per method that could not run, with the reason."""
     return [f"- {m}: n/a — {why}" for m, why in results.get("not_applicable", {}).items()]
@@ -125,7 +131,7 @@ def comparison_markdown(settings: list[tuple[str, dict[str, Any]]], *, command: 
             f"DP {dp['mode']}-level, σ = {dp['sigma']}, C = {dp['clip']}, δ = {dp['delta']}; "
             "ε (PLD) from the privacy ledger")
         parts += [f"## {title} ({what})", "", results_table(results), ""]
-        notes = not_applicable_notes(results)
+        notes = reused_notes(results) + not_applicable_notes(results)
         if notes:
             parts += [*notes, ""]
     tuning = tuning_table(settings)
@@ -179,6 +185,8 @@ def write_report(run_dir: Path) -> str:
              f"{training.get('rounds')} rounds × {training.get('local_epochs')} local epoch(s) · "
              f"DP {dp.get('mode')} (σ = {dp.get('sigma')}, C = {dp.get('clip')}) · "
              f"values in %, mean ± std over seeds", "", results_table(results)]
+    if reused := reused_notes(results):
+        parts += ["", *reused]
     users = user_personalization_table(results)
     if users:
         parts += ["", "User-level personalization (paper Eq. 5/7, test data):", "", users]

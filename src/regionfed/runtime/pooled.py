@@ -28,6 +28,12 @@ def region_balancing_weights(federation: Federation) -> torch.Tensor:
                       for c in federation.clients])
 
 
+def reweighting_is_identity(federation: Federation) -> bool:
+    """Whether every region holds the same number of training examples: then every weight
+    N / (M · n_r) is exactly 1 and the region-balanced run is the plain pooled run."""
+    return bool((region_balancing_weights(federation) == 1.0).all())
+
+
 def run_pooled(federation: Federation, task: Task, training: TrainingConfig, seed: int, *,
                reweight_regions: bool = False, evaluator: FederationEvaluator | None = None,
                on_round: RoundCallback | None = None) -> FederatedRun:
