@@ -142,21 +142,26 @@ def test_golden_section_under_dp_needs_an_explicit_override(tmp_path, capsys):
     assert "does not cover ρ search" in stdout
 
 
-def test_centralized_rw_on_equal_regions_is_the_centralized_run(tmp_path, capsys,
-                                                                 monkeypatch):
-    """Equal-sized regions weigh every example 1: centralized-rw is not trained again; its
-    record, round logs and checkpoint are centralized's (the same computation, bit for
-    bit), marked as reused and said so under the table."""
+@pytest.fixture
+def trained(monkeypatch):
+    """The methods run_experiment trains, in order (run_method calls)."""
     from regionfed import experiment
 
-    trained = []
+    calls = []
     real = experiment.run_method
 
     def counting(method, *args, **kwargs):
-        trained.append(method)
+        calls.append(method)
         return real(method, *args, **kwargs)
 
     monkeypatch.setattr(experiment, "run_method", counting)
+    return calls
+
+
+def test_centralized_rw_on_equal_regions_is_the_centralized_run(tmp_path, capsys, trained):
+    """Equal-sized regions weigh every example 1: centralized-rw is not trained again; its
+    record, round logs and checkpoint are centralized's (the same computation, bit for
+    bit), marked as reused and said so under the table."""
     out = tmp_path / "rw"
     code, stdout, _ = run_cli(capsys, "run", *SMALL, "--methods", "centralized-rw,centralized",
                               "--rounds", "2", "--jobs", "1", "--out", str(out))
@@ -182,17 +187,9 @@ def test_centralized_rw_on_equal_regions_is_the_centralized_run(tmp_path, capsys
 
 
 def test_centralized_rw_trains_where_the_weights_are_not_all_one(tmp_path, capsys,
-                                                                 monkeypatch):
+                                                                 monkeypatch, trained):
     from regionfed import experiment
 
-    trained = []
-    real = experiment.run_method
-
-    def counting(method, *args, **kwargs):
-        trained.append(method)
-        return real(method, *args, **kwargs)
-
-    monkeypatch.setattr(experiment, "run_method", counting)
     monkeypatch.setattr(experiment, "reweighting_is_identity", lambda federation: False)
     out = tmp_path / "rw"
     code, stdout, _ = run_cli(capsys, "run", *SMALL, "--methods", "centralized-rw,centralized",
