@@ -6,6 +6,7 @@ PID even when a test fails), a run submitted with ``regionfed run --runtime flow
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -26,14 +27,15 @@ SMALL = ["--regions", "2", "--num-queries", "480", "--rounds", "1",
 
 
 @pytest.fixture(scope="session")
-def deployment():
+def deployment(request):
     """A SuperLink and 4 SuperNodes with warm workers (the default); yields the
     :class:`LocalDeployment`. Session-scoped: one deployment serves every test here
     (``make test`` sends a whole file to one worker).
 
     It is started with the venv not activated (as under ``make test``): Flower still finds
     its helper scripts. Stopping it terminates each process group, and nothing survives
-    (checked by PID when the session ends)."""
+    (checked by PID when the session ends). Its folder — the nodes' logs — is kept (and
+    named on stderr) when a test of the session failed."""
     from regionfed.runtime.flower.processes import LocalDeployment
 
     folder = Path(tempfile.mkdtemp(prefix="rf-deploy-test-", dir="/tmp"))
@@ -54,7 +56,10 @@ def deployment():
         yield deployment
     finally:
         deployment.__exit__(None, None, None)
-        shutil.rmtree(folder, ignore_errors=True)
+        if request.session.testsfailed:  # the nodes' logs are what explains a failure here
+            sys.stderr.write(f"\nFlower deployment logs kept in {folder}\n")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.killpg(pid, 0)
