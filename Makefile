@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: run test lint setup clean
 
 # wheels are unpacked without pip's one-by-one byte-compiling, then compiled on every core
-# with the packages' own tests/ left out (never imported): a fresh core venv in ~24 s instead
+# with the packages' own tests/ left out (never imported): a fresh core venv in ~27 s instead
 # of ~34 s. A file written for a newer Python does not compile here (pip skips such files
 # silently too), hence the `|| true`.
 PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile

@@ -251,8 +251,8 @@ def reused_runs(config: RunConfig, federation: Federation) -> dict[str, tuple[st
                 if get_method(m).kind == "pooled" and get_method(m).reweight_regions]
     if not plain or not balanced or not reweighting_is_identity(federation):
         return {}
-    sizes = sorted(set(federation.region_sizes("train").values()))
-    why = (f"every region holds {sizes[0]:,} training examples, so every weight "
+    size = next(iter(federation.region_sizes("train").values()))  # all equal here
+    why = (f"every region holds {size:,} training examples, so every weight "
            "N / (M · n_r) of the region-balanced loss is exactly 1 (the same computation, "
            "same seed)")
     return {m: (plain[0], why) for m in balanced}
@@ -332,10 +332,10 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
                 if record.get("privacy") is not None:
                     privacy[method] = record["privacy"]
                 continue
-            source = reused.get(method, (None, ""))[0]
-            done = [r for r in outcomes.get(source, []) if r["seed"] == seed]
+            source, why = reused.get(method, (None, ""))
+            done = [r for r in outcomes[source] if r["seed"] == seed] if source else []
             if done:
-                record = _reuse_run(out, source, method, seed, done[0], reused[method][1])
+                record = _reuse_run(out, source, method, seed, done[0], why)
             else:
                 record = _run_and_record(method, seed, federation, task, configs[method],
                                          evaluator, out, progress, resume)
@@ -354,10 +354,10 @@ def _run_experiment(config: RunConfig, out: Path, progress: bool,
                                **({"tuning": tuned[m]} if m in tuned else {})}
                            for m, recs in outcomes.items() if recs},
                "not_applicable": not_applicable,
-               **({"reused": {m: {"from": f, "because": why} for m, (f, why) in reused.items()
-                              if outcomes.get(m) and all("reused_from" in r
-                                                         for r in outcomes[m])}}
-                  if reused else {})}
+               **({"reused": reused_from} if (reused_from := {
+                   m: {"from": recs[0]["reused_from"], "because": recs[0]["reused_because"]}
+                   for m, recs in outcomes.items()
+                   if recs and all("reused_from" in r for r in recs)}) else {})}
     for method in tuned:
         if method in privacy and not privacy[method]["epsilon_infinite"]:
             privacy[method] = with_unaccounted(privacy[method], TUNING_UNACCOUNTED)
