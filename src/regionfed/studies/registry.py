@@ -109,14 +109,15 @@ def _ablation() -> tuple[Variant, ...]:
 
 def _plus_ablation() -> tuple[Variant, ...]:
     """regionfed-plus's switches (issue 26): without DP each of shrinkage, two-level
-    personalization, the margin of a client's model choice and a head-only regional part
-    taken away or changed; under DP
+    personalization, the validated offset scale, the margin of a client's model choice and
+    a head-only regional part taken away or changed; under DP
     (σ = 1, q = 0.5) the share f of the budget given to the regional releases."""
     dp = {"dp.mode": "user", "dp.sigma": 1.0, "dp.clip": 1.0, "training.sample_rate": 0.5}
     off = {"shrinkage": False, "two_level": False}
     variants = [Variant("plus", {})]
     variants += [Variant(f"no {name.replace('_', '-')}", {f"regionfed_plus.{name}": False})
                  for name in off]
+    variants += [Variant("no validation scale", {"regionfed_plus.validation_scale": False})]
     variants += [Variant("no shrinkage, no two-level",
                          {f"regionfed_plus.{k}": v for k, v in off.items()}),
                  Variant("no choice margin", {"regionfed_plus.choice_margin": 0.0}),
@@ -172,8 +173,9 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           "what adaptive α, user-level personalization and golden-section ρ each add",
           ("regionfed-grad",), _ablation()),
     Study("ablation-plus", "regionfed-plus component ablation", "(no paper table; issue 26)",
-          "what noise-aware shrinkage, two-level personalization, a head-only regional part "
-          "and the DP budget split each add to regionfed-plus",
+          "what noise-aware shrinkage, two-level personalization, the validated offset "
+          "scale, a head-only regional part and the DP budget split each add to "
+          "regionfed-plus",
           ("regionfed-plus",), _plus_ablation()),
     Study("sensitivity", "Hyper-parameter sensitivity", "Tables 15–18",
           "how much τ, a misestimated μ_r, α_min and the clipping norm C matter",

@@ -101,3 +101,10 @@ class RegionFedPlusConfig(BaseModel):
     #: personal model must beat it by to be chosen on-device (0: the plain best score); a
     #: client's few validation examples otherwise pick a lucky model as often as a better one
     choice_margin: float = Field(0.5, ge=0.0)
+    #: without DP, scale each region's shrunk offset by ρ_r ∈ [0, 1] chosen every round by
+    #: golden-section search (paper Alg. 3, tolerance 0.01) on the region's validation loss:
+    #: shrinkage knows the noise of an offset, not whether it generalises, so a region whose
+    #: offset validates worse than the global model is served (nearer) the global model.
+    #: Under DP it is not applied (the search would read un-noised validation data): the
+    #: served model is θ + Σ_b α_{r,b}·a_{r,b}
+    validation_scale: bool = True

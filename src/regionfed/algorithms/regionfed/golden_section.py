@@ -10,7 +10,12 @@ worse than ρ = a (for RegionFed: never worse than no personalization, on valida
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
+
+import torch
+
+from regionfed.algorithms.base import EVALUATE, FederationView, TrainInstruction
 
 INV_PHI = (math.sqrt(5.0) - 1.0) / 2.0  # 1/φ ≈ 0.618
 
@@ -94,3 +99,25 @@ def golden_section_minimize(f: Callable[[float], float], a: float, b: float,
         search.tell(f(x))
     x, fx = search.best
     return x, fx, search.evaluations
+
+
+def search_regions_on_validation(
+        view: FederationView, intervals: Mapping[str, tuple[float, float]], tol: float,
+        candidate: Callable[[str, float], torch.Tensor]
+) -> Generator[list[TrainInstruction], list[Any], dict[str, GoldenSection]]:
+    """Golden-section search of each region's validation loss L_r(candidate(r, x)) over its
+    interval, all regions in lock-step: each step scores every region's next point on all
+    its clients in one exchange (``EVALUATE``; the loss is the example-weighted mean of the
+    clients' ``loss_sum``). Returns the finished searches (``best``, ``history``)."""
+    searches = {r: GoldenSection(*interval, tol) for r, interval in intervals.items()}
+    while True:
+        asks = {r: x for r, s in searches.items() if (x := s.ask()) is not None}
+        if not asks:
+            return searches
+        points = {r: candidate(r, x) for r, x in asks.items()}
+        results = yield [TrainInstruction(c, r, points[r], kind=EVALUATE)
+                         for r in asks for c in view.clients_in(r)]
+        for r in asks:
+            mine = [res for res in results if res.region == r]
+            total = sum(res.num_examples for res in mine)
+            searches[r].tell(sum(res.metrics["loss_sum"] for res in mine) / max(total, 1))

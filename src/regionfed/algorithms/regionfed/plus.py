@@ -14,7 +14,14 @@ deviation from θ). One round:
    accumulate (signal grows like T, the noise like √T);
 4. the shrinkage factors α_{r,b} (:mod:`.shrinkage`) from the offsets and their noise
    variance, which the server knows: under DP η_g²·Σ_t (σ_r²C²/(q n_r)² + σ_g²C²/(q N)²)
-   (public); without DP the client-sampling variance of the regional means, measured.
+   (public); without DP the client-sampling variance of the regional means, measured;
+5. without DP (``validation_scale``), a scale ρ_r ∈ [0, 1] of each region's shrunk offset by
+   golden-section search on the region's validation loss (paper Alg. 3, as RegionFed's ρ):
+   the region is served θ + ρ_r·Σ_b α_{r,b}·a_{r,b}. Shrinkage weighs an offset against its
+   noise; the search checks that it generalises (offsets keep accumulating the regional
+   clients' drift, and one that fits the region's training data but not its validation
+   data is scaled back towards θ; ρ_r = 0 is evaluated, so the served model never validates
+   worse than the global one).
 
 Two-level personalization (``two_level``): a sampled client also trains a personal model v_u
 on F_u(v) + (λ/2)‖v − θ_r‖² (Ditto's objective anchored on the *regional* model), kept on
@@ -42,6 +49,7 @@ from regionfed.algorithms.base import (
 )
 from regionfed.algorithms.fedprox import proximal_term
 from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
+from regionfed.algorithms.regionfed.golden_section import search_regions_on_validation
 from regionfed.algorithms.regionfed.shrinkage import partition_blocks, shrinkage_factors
 from regionfed.errors import ConfigError
 
@@ -52,6 +60,8 @@ SHARED_STREAM = "plus-shared"
 PERSONAL_INIT = "personal_init"
 #: the order in which a client's candidates win ties on validation
 CANDIDATES = ("regional", "global", "personal")
+#: bracket width at which the search for a region's offset scale ρ_r stops (paper Alg. 3's)
+SCALE_TOLERANCE = 0.01
 
 
 class RegionFedPlus(Strategy):
@@ -79,6 +89,8 @@ class RegionFedPlus(Strategy):
         #: in evaluation, thousands of times a round (:meth:`regional_params`)
         self.served: dict[str, tuple[tuple[Any, ...], torch.Tensor]] = {}
         self.part: torch.Tensor | None = None
+        #: region → ρ_r, the validated scale of its shrunk offset (``validation_scale``)
+        self.scales: dict[str, float] = {}
         self.blocks: list[torch.Tensor] = []
 
     def setup(self, init_params: torch.Tensor, view: FederationView,
@@ -106,14 +118,15 @@ class RegionFedPlus(Strategy):
         offset = self.offsets.get(region)
         if offset is None:
             return self.params
+        scale = self.scales.get(region, 1.0)
         source = (self.params, self.params._version, offset._version,
-                  tuple(self.factors[region]))
+                  tuple(self.factors[region]), scale)
         cached = self.served.get(region)
         if cached is not None and cached[0][0] is source[0] and cached[0][1:] == source[1:]:
             return cached[1]
         served = self.params.clone()
         for alpha, block in zip(self.factors[region], self.blocks, strict=True):
-            served[block] += alpha * offset[block]
+            served[block] += scale * alpha * offset[block]
         self.served[region] = (source, served)
         return served
 
@@ -154,11 +167,26 @@ class RegionFedPlus(Strategy):
                                       for v, a in zip(self.noise_var[region], added, strict=True)]
         if self.config.shrinkage:
             self.factors = shrinkage_factors(self.offsets, self.noise_var, self.blocks)
+        if self.config.validation_scale and not self.dp.adds_noise:
+            yield from self._scale_on_validation()
         return {"clients": len(results), "update_norm": float(global_mean.norm()),
                 **({"regional_release": False} if not regional and self.dp.adds_noise
                    else {}),
                 "alpha": {r: float(np.mean(f)) for r, f in self.factors.items()},
-                "offset_norm": {r: float(a.norm()) for r, a in self.offsets.items()}}
+                "offset_norm": {r: float(a.norm()) for r, a in self.offsets.items()},
+                **({"scale": dict(self.scales)} if self.scales else {})}
+
+    def _scale_on_validation(self):
+        """Step 5 of the module doc: ρ_r per region by golden-section search on [0, 1] of
+        the region's validation loss L_r(θ + ρ·Σ_b α_{r,b}·a_{r,b}), all regions in
+        lock-step."""
+        self.scales = {}  # the unscaled shifts first
+        shifts = {r: self.regional_params(r) - self.params for r in self.view.regions
+                  if self.view.clients_in(r)}
+        searches = yield from search_regions_on_validation(
+            self.view, dict.fromkeys(shifts, (0.0, 1.0)), SCALE_TOLERANCE,
+            lambda r, x: self.params + x * shifts[r])
+        self.scales = {r: s.best[0] for r, s in searches.items()}
 
     def global_only(self) -> bool:
         """Whether this round releases only the global mean (under DP, after a round whose

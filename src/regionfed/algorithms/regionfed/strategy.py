@@ -58,7 +58,7 @@ from regionfed.algorithms.base import (
 )
 from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.regionfed.conflict import ConflictCalibration, conflicts
-from regionfed.algorithms.regionfed.golden_section import GoldenSection
+from regionfed.algorithms.regionfed.golden_section import search_regions_on_validation
 from regionfed.algorithms.regionfed.personalization import personalize_region
 from regionfed.algorithms.regionfed.routing import ValidationFallback, heterogeneity, route
 from regionfed.algorithms.regionfed.selection import SelectionLayout, rho_candidates
@@ -428,24 +428,11 @@ class RegionFed(Strategy):
         """Golden-section ρ per region on its validation loss, all regions in lock-step."""
         if not self.config.rho_search:
             return dict.fromkeys(directions, self.config.fixed_rho), {}
-        searches = {r: GoldenSection(*(self.config.rho_interval_interp
-                                       if chosen[r] == "interp" else self.config.rho_interval),
-                                     self.config.rho_tolerance) for r in directions}
-        while True:
-            asks = {r: s.ask() for r, s in searches.items()}
-            asks = {r: x for r, x in asks.items() if x is not None}
-            if not asks:
-                break
-            candidates = {r: theta_next + alpha[r] * (previous[r] + x * directions[r])
-                          for r, x in asks.items()}
-            instructions = [TrainInstruction(c, r, candidates[r], kind=EVALUATE)
-                            for r in asks for c in self.view.clients_in(r)]
-            results = yield instructions
-            for r in asks:
-                mine = [res for res in results if res.region == r]
-                total = sum(res.num_examples for res in mine)
-                loss = sum(res.metrics["loss_sum"] for res in mine) / max(total, 1)
-                searches[r].tell(loss)
+        intervals = {r: (self.config.rho_interval_interp if chosen[r] == "interp"
+                         else self.config.rho_interval) for r in directions}
+        searches = yield from search_regions_on_validation(
+            self.view, intervals, self.config.rho_tolerance,
+            lambda r, x: theta_next + alpha[r] * (previous[r] + x * directions[r]))
         rho = {r: s.best[0] for r, s in searches.items()}
         log = {"val_loss_rho0": {r: s.history[0][1] for r, s in searches.items()},
                "val_loss_rho": {r: s.best[1] for r, s in searches.items()},
