@@ -163,6 +163,66 @@ def test_without_dp_regional_models_move_towards_their_regions():
     assert all(0.5 < a <= 1.0 for a in logs[-1]["alpha"].values())
 
 
+def _validating(val_targets: dict[str, list[float]]):
+    """:func:`_shifted`'s clients, each validating on its own optimum (default: where its
+    training data points)."""
+    clients, view = _shifted()
+    for c, target in val_targets.items():
+        clients[c].val_target = torch.tensor(target)
+    return clients, view
+
+
+def test_an_offset_that_does_not_generalise_is_scaled_back_to_the_global_model():
+    """Region b's training data pull it to (−2, 0) but its validation data sit at the
+    global optimum (0, 0): its validated scale goes to 0 and b is served θ. Region a
+    validates where it trains and keeps its offset (ρ_a ≈ 1: the shrunk offset stops short
+    of (2, 0))."""
+    clients, view = _validating({"b/0": [0.0, 0.0], "b/1": [0.0, 0.0]})
+    strategy = RegionFedPlus(RegionFedPlusConfig(two_level=False), server_lr=1.0)
+    logs = run_rounds(strategy, clients, view, rounds=6)
+    assert logs[-1]["scale"]["b"] == 0.0
+    assert torch.equal(strategy.regional_params("b"), strategy.params)
+    assert logs[-1]["scale"]["a"] > 0.99  # 1 to the search's tolerance
+    assert float((strategy.regional_params("a") - torch.tensor([2.0, 0.0])).norm()) < \
+        0.5 * float((strategy.params - torch.tensor([2.0, 0.0])).norm())
+
+
+def test_the_scale_is_the_minimiser_of_the_regions_validation_loss():
+    """Validation optimum half-way along a's shrunk offset after round 1: ρ_a ≈ 1/2 (to the
+    golden-section tolerance)."""
+    clients, view = _shifted()
+    unscaled = RegionFedPlus(RegionFedPlusConfig(two_level=False, validation_scale=False),
+                             server_lr=1.0)
+    run_rounds(unscaled, clients, view, rounds=1)
+    midway = (unscaled.params + 0.5 * (unscaled.regional_params("a") - unscaled.params))
+    clients, view = _validating({"a/0": midway.tolist(), "a/1": midway.tolist()})
+    strategy = RegionFedPlus(RegionFedPlusConfig(two_level=False), server_lr=1.0)
+    logs = run_rounds(strategy, clients, view, rounds=1)  # same round as the unscaled one
+    assert logs[-1]["scale"]["a"] == pytest.approx(0.5, abs=0.01)
+
+
+def test_without_the_switch_or_under_dp_no_validation_data_is_read():
+    """validation_scale off, or DP on: no evaluate exchange, no scale in the log."""
+    from regionfed.algorithms.base import EVALUATE
+
+    for config, dp in ((RegionFedPlusConfig(two_level=False, validation_scale=False), None),
+                       (RegionFedPlusConfig(two_level=False),
+                        DPConfig(mode="user", sigma=1.0, clip=1.0, noise_seed=0))):
+        clients, view = _shifted()
+        kinds = []
+        strategy = RegionFedPlus(config, server_lr=1.0, **({"dp": dp} if dp else {}))
+        original = strategy.handle
+
+        def handle(instruction, client, original=original, kinds=kinds):
+            kinds.append(instruction.kind)
+            return original(instruction, client)
+
+        strategy.handle = handle
+        logs = run_rounds(strategy, clients, view, rounds=2)
+        assert EVALUATE not in kinds and all("scale" not in log for log in logs)
+        assert strategy.scales == {}
+
+
 def test_under_dp_plus_costs_what_fedavg_costs_at_the_same_sigma():
     """The split budget is one subsampled Gaussian at σ per region and round: the ledger's
     ε equals dp-accounting's for T such events, which is fedavg's ε."""

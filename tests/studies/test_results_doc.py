@@ -255,3 +255,35 @@ def test_a_region_that_loses_beyond_seed_noise_is_marked(tmp_path):
     table = region_gap_table(record)
     assert "-0.3 a (±1.0) |" in table and "-10.0 a (±0.7) **loses**" in table
     assert region_gap_table({"variants": ["v"], "rows": record["rows"][1:]}) is None
+
+
+def test_a_rerun_of_one_method_replaces_its_rows_and_is_disclosed(studies, tmp_path):
+    """experiments/rerun_method.py: the method's rows of the rerun variants are the rerun's,
+    every other row stays, and the results document names the rerun and its commit."""
+    import shutil
+
+    from helpers import load_script
+
+    published = tmp_path / "heterogeneity"
+    shutil.copytree(studies / "heterogeneity", published)
+    before = json.loads((published / "study.json").read_text())["rows"]
+    rerun = tmp_path / "rerun"
+    assert main(["run", "--config", str(published / "a_D-1.0" / "config.yaml"), "--quiet",
+                 "--methods", "regionfed-plus", "--seeds", "2",
+                 "--out", str(rerun / "a_D-1.0")]) == 0
+    assert load_script("experiments/rerun_method.py").main(
+        [str(published), "regionfed-plus", str(rerun), "--commit", "abc1234"]) == 0
+    after = json.loads((published / "study.json").read_text())
+    def row(r):  # the copy's run folders have moved with it
+        return {k: v for k, v in r.items() if k != "run"}
+
+    changed = [(b, a) for b, a in zip(before, after["rows"], strict=True) if row(b) != row(a)]
+    assert [(a["variant"], a["method"], a["seeds"]) for _, a in changed] == \
+        [("α_D=1.0", "regionfed-plus", 2)]  # the rerun's seeds, only there
+    rerun_results = json.loads((rerun / "a_D-1.0" / "results.json").read_text())
+    assert changed[0][1]["overall"] == rerun_results["methods"]["regionfed-plus"]["overall"]
+    assert after["reruns"][0]["commit"] == "abc1234"
+    assert (published / "a_D-1.0" / "config-regionfed-plus.yaml").exists()
+    doc = tmp_path / "results.md"
+    assert main(["report", "--results-doc", str(doc), str(published)]) == 0
+    assert "Rerun: regionfed-plus at α_D=1.0, trained by commit abc1234" in doc.read_text()

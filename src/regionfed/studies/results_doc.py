@@ -394,6 +394,9 @@ def study_section(record: dict[str, Any], claims: dict[str, Any]) -> str:
               + workers_phrase(record)
               + (f"; the runs took {record['run_seconds'] / 60:.1f} min in all"
                  if record.get("run_seconds") else "")]
+    parts += [f"Rerun: {r['method']} at {', '.join(r['variants'])}, trained by commit "
+              f"{r['commit']} (`{r['command']}`); the other rows are the earlier runs'  "
+              for r in record.get("reruns", [])]
     return "\n".join(parts)
 
 
