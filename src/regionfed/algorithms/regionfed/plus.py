@@ -1,4 +1,4 @@
-"""``regionfed-plus``: regional models that never lose to the global one (docs/methods.md).
+"""``regionfed-plus``: regional models that never lose to the global one (docs/baselines.md).
 
 The server keeps a global model θ and, per region, an offset a_r (the region's accumulated
 deviation from θ). One round:
