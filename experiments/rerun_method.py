@@ -11,7 +11,8 @@ each affected variant's saved configuration, then merge::
 
 Every ``<rerun>/<variant folder>/results.json`` found replaces that method's entry in the
 published variant's ``results.json`` and ``privacy.json``; the rerun's own configuration is
-kept beside it (``config-<method>.yaml``, and under ``reruns`` in ``results.json``), the
+kept beside it (``config-<method>.yaml``, named with the commit under ``reruns`` in
+``results.json``), the
 study's rows, CSV and plot are rebuilt, and ``study.json`` gains a ``reruns`` entry (method,
 variants, commit, command) that ``regionfed report --results-doc`` prints under the study:
 the other rows stay the earlier runs', trained by the code that trained them.
@@ -25,7 +26,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from regionfed.io import write_json
+from regionfed.io import write_atomic, write_json
 from regionfed.studies.registry import get_study
 from regionfed.studies.runner import plot_study, rows_csv, slug, variant_rows
 
@@ -36,8 +37,9 @@ def merge_variant(published: Path, rerun: Path, method: str, commit: str) -> dic
     new = json.loads((rerun / "results.json").read_text())
     if method not in new["methods"]:
         raise SystemExit(f"{rerun}/results.json has no {method}")
+    config_name = f"config-{method}.yaml"
     results["methods"][method] = new["methods"][method]
-    results.setdefault("reruns", {})[method] = {"commit": commit, "config": new["config"]}
+    results.setdefault("reruns", {})[method] = {"commit": commit, "config": config_name}
     write_json(published / "results.json", results)
     privacy_path = published / "privacy.json"
     if (rerun / "privacy.json").exists() and privacy_path.exists():
@@ -46,7 +48,7 @@ def merge_variant(published: Path, rerun: Path, method: str, commit: str) -> dic
         if method in rerun_privacy.get("methods", {}):
             privacy["methods"][method] = rerun_privacy["methods"][method]
             write_json(privacy_path, privacy)
-    shutil.copyfile(rerun / "config.yaml", published / f"config-{method}.yaml")
+    shutil.copyfile(rerun / "config.yaml", published / config_name)
     return results
 
 
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": f"regionfed run --config {args.study_folder}/<variant>/config.yaml "
                    f"--methods {args.method}"})
     write_json(args.study_folder / "study.json", record)
-    (args.study_folder / f"{study.name}.csv").write_text(rows_csv(rows))
+    write_atomic(args.study_folder / f"{study.name}.csv", rows_csv(rows))
     plot_study(record, args.study_folder / f"{study.name}.png")
     print(f"{study.name}: {args.method} rerun merged into {', '.join(merged)}")
     return 0
