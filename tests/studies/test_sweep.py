@@ -56,6 +56,18 @@ def test_published_study_folders_hold_the_data_their_command_builds(folder):
         assert saved.data.model_dump() == built.data.model_dump(), variant.label
 
 
+@pytest.mark.parametrize("folder", sorted(p.parent.name for p in PUBLISHED.glob("*/study.json")))
+def test_published_rows_name_run_folders_inside_their_study(folder):
+    # docs/results.md lists each row's run folder as where to read its config and results: it
+    # must be the published one (results/<study>/<variant>), not the scratch folder it ran in
+    record = json.loads((PUBLISHED / folder / "study.json").read_text())
+    table = list(csv.DictReader((PUBLISHED / folder / f"{record['study']}.csv").open()))
+    for row in record["rows"] + table:
+        run = Path(row["run"])
+        assert run.parent == Path("results") / folder, row["run"]
+        assert (PUBLISHED.parent / run / "results.json").is_file(), row["run"]
+
+
 def test_the_paper_size_is_the_papers_protocol():
     config = variant_config(get_study("heterogeneity"), get_study("heterogeneity").variants[2],
                             full=True, seeds=None)
