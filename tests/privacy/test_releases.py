@@ -103,3 +103,45 @@ def test_a_split_budget_is_one_event_at_sigma_per_region_with_noise_split_as_sta
     with pytest.raises(ConfigError, match="user-level"):
         PrivateReleases(DPConfig(mode="region", sigma=1.0), 0.5).split_mean(
             [], None, [], expected, f, None, what="split", dim=dim)
+
+
+def test_a_regional_clip_scales_the_regional_noise_and_costs_no_epsilon():
+    """Clipping the regional part at C_r: the regional means' noise std is σ/√f·C_r/(q·n_r),
+    the global one's is unchanged, and the events are the same (one at σ per region)."""
+    sigma, f, dim, clip_r = 2.0, 0.2, 20_000, 0.25
+    releases = PrivateReleases(DPConfig(mode="user", sigma=sigma, clip=1.0), 0.5)
+    expected = {"a": 4.0, "b": 6.0}
+    global_mean, regional = releases.split_mean(
+        [], None, [], expected, f, None, what="split", dim=dim, regional_clip=clip_r)
+    assert float(global_mean.std()) == pytest.approx(sigma / math.sqrt(1 - f) / 10.0, rel=0.03)
+    for region, n in expected.items():
+        assert float(regional[region].std()) == pytest.approx(
+            sigma / math.sqrt(f) * clip_r / n, rel=0.03)
+    assert releases.drain() == [ReleaseEvent("split", 0.5, sigma, 2, ("a",)),
+                                ReleaseEvent("split", 0.5, sigma, 2, ("b",))]
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(ConfigError, match="regional clip"):
+            releases.split_mean([], None, [], expected, f, None, what="split", dim=dim,
+                                regional_clip=bad)
+
+
+def test_a_part_is_cut_from_the_clipped_update_so_the_offset_step_has_no_clipping_bias():
+    """An update of norm 4 (C = 1) whose part holds a quarter of its norm: the regional mean
+    of the part is the part of the clipped update, exactly the global mean's part, where C_r
+    does not bind, and clipped to C_r where it does. Noise-free (σ = 0)."""
+    dim = 16
+    update = torch.zeros(dim)
+    update[0], update[8] = 1.0, math.sqrt(15.0)  # ‖Δ‖ = 4, ‖Δ[part]‖ = 1
+    part = torch.zeros(dim, dtype=torch.bool)
+    part[:8] = True
+    releases = PrivateReleases(DPConfig(mode="user", sigma=0.0, clip=1.0), 1.0)
+    for clip_r, expected_first in ((0.5, 0.25), (0.1, 0.1)):
+        global_mean, regional = releases.split_mean(
+            [update], None, ["a"], {"a": 1.0}, 0.5, part, what="split", dim=dim,
+            regional_clip=clip_r)
+        assert float(global_mean[0]) == pytest.approx(0.25)  # clip(Δ, 1) = Δ/4
+        assert float(regional["a"][0]) == pytest.approx(expected_first)
+    off = PrivateReleases(DPConfig(mode="off"), 1.0)  # without DP nothing is clipped
+    _, regional = off.split_mean([update], None, ["a"], {"a": 1.0}, 0.5, part, what="split",
+                                 dim=dim, regional_clip=0.1)
+    assert float(regional["a"][0]) == pytest.approx(1.0)

@@ -42,6 +42,7 @@ from regionfed.errors import ConfigError
 from regionfed.privacy.mechanism import (
     DPConfig,
     bounded_aggregate,
+    clip_update,
     regional_aggregate,
 )
 
@@ -134,13 +135,22 @@ class PrivateReleases:
                    regions_of: Sequence[str], expected: dict[str, float],
                    regional_share: float,
                    part: torch.Tensor | None, *, what: str, dim: int,
-                   dtype: torch.dtype = torch.float32
+                   dtype: torch.dtype = torch.float32, regional_clip: float | None = None
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """A split budget (module docstring): the mean of every update at σ/√(1 − f) and,
         per region of ``expected`` (region → q·n_r), the mean of its clients' updates
         restricted to ``part`` (a bool mask; ``None`` = the whole vector) at σ/√f. One
         event per region at σ. ``user`` mode, or no DP (plain means); ``region`` mode has
         no per-client sensitivity to split.
+
+        ``regional_clip`` (``None``: the run's C) is the clip norm C_r of the restricted
+        updates in the regional means, their noise std σ/√f·C_r: each release's noise
+        multiplier is relative to its own sensitivity, so the pair is still one Gaussian at
+        σ (Σ_i Δ_i²/(σ_i C_i)² ≤ 1/σ_g² + 1/σ_r² = 1/σ²) whatever C_r — a small part holds a
+        small share of an update's norm and need not carry noise sized for the whole. Under
+        DP a part is cut from the *clipped* update, clip(clip(Δ_u, C)[part], C_r): where that
+        second clip does not bind, a region's mean and the global mean's part average the
+        same vectors, so their difference (the offset's step) carries no clipping bias.
 
         Returns (global mean, region → regional mean of the part; a region with no update
         is left out without DP)."""
@@ -157,12 +167,19 @@ class PrivateReleases:
         global_mean = regional_aggregate(
             updates, weights, self.config.model_copy(update={"sigma": sigma / math.sqrt(1 - f)}),
             total, self.noise, dim=dim, dtype=dtype)
-        regional_config = self.config.model_copy(update={"sigma": sigma / math.sqrt(f)})
+        clip = self.config.clip if regional_clip is None else float(regional_clip)
+        if not (math.isfinite(clip) and clip > 0.0):
+            raise ConfigError(f"the regional clip norm must be a finite number > 0, got {clip}")
+        regional_config = self.config.model_copy(update={"sigma": sigma / math.sqrt(f),
+                                                         "clip": clip})
         sub_dim = dim if part is None else int(part.sum())
+        clipped = updates
+        if part is not None and self.config.mode == "user":
+            clipped = [clip_update(u, self.config.clip) for u in updates]
         regional = {}
         for region, expected_clients in expected.items():
             members = [i for i, r in enumerate(regions_of) if r == region]
-            mine = [updates[i] if part is None else updates[i][part] for i in members]
+            mine = [updates[i] if part is None else clipped[i][part] for i in members]
             mine_weights = None if weights is None else [weights[i] for i in members]
             mean = regional_aggregate(mine, mine_weights, regional_config, expected_clients,
                                       self.noise, dim=sub_dim, dtype=dtype)

@@ -91,6 +91,12 @@ class RegionFedPlusConfig(BaseModel):
     reallocate_below: float = Field(0.0, ge=0.0, lt=1.0)
     #: what the regional releases (and offsets) cover: the whole model or its declared head
     regional_part: Literal["all", "head"] = "all"
+    #: under DP, the clip norm C_r of a client's update restricted to the regional part in
+    #: the regional releases (their noise std σ/√f·C_r; ``None``: the run's ``dp.clip``).
+    #: Same ε whatever C_r (each release's noise is relative to its own sensitivity); a
+    #: small part (the head) carries a small share of an update's norm, so a C_r near that
+    #: share keeps its signal and cuts its noise by C/C_r
+    regional_clip: float | None = Field(None, gt=0.0, allow_inf_nan=False)
     #: two-level personalization: each client keeps a personal model anchored on its
     #: regional model and is evaluated with the best of global / regional / personal on its
     #: own validation split

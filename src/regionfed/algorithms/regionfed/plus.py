@@ -8,12 +8,13 @@ deviation from θ). One round:
 2. one release with a split budget (Bietti et al., ICML 2022;
    :meth:`~regionfed.privacy.releases.PrivateReleases.split_mean`): the global mean g̃ of all
    Δ_u at σ/√(1 − f) and each region's mean g̃_r of its clients' Δ_u (restricted to the
-   regional part: the whole model or its declared head) at σ/√f — one accounted event at σ
-   per region, so ε is fedavg's at the same σ;
+   regional part: the whole model or its declared head, clipped at ``regional_clip`` C_r,
+   C by default) at σ/√f — one accounted event at σ per region, so ε is fedavg's at the
+   same σ;
 3. θ ← θ − η_g·g̃ and a_r ← a_r − η_g·(g̃_r − g̃) on the regional part: the offsets
    accumulate (signal grows like T, the noise like √T);
 4. the shrinkage factors α_{r,b} (:mod:`.shrinkage`) from the offsets and their noise
-   variance, which the server knows: under DP η_g²·Σ_t (σ_r²C²/(q n_r)² + σ_g²C²/(q N)²)
+   variance, which the server knows: under DP η_g²·Σ_t (σ_r²C_r²/(q n_r)² + σ_g²C²/(q N)²)
    (public); without DP the client-sampling variance of the regional means, measured;
 5. without DP (``validation_scale``), a scale ρ_r ∈ [0, 1] of each region's shrunk offset by
    golden-section search on the region's validation loss (paper Alg. 3, as RegionFed's ρ):
@@ -153,7 +154,8 @@ class RegionFedPlus(Strategy):
                 updates, [res.num_examples for res in results],
                 [res.region for res in results], expected, self.config.regional_share,
                 self.part, what="model update, global + regional part (split budget)",
-                dim=self.params.numel(), dtype=self.params.dtype)
+                dim=self.params.numel(), dtype=self.params.dtype,
+                regional_clip=self.config.regional_clip)
         if global_mean is None:  # no DP and nobody reported
             return {"clients": 0}
         eta = self.server_lr
@@ -204,7 +206,8 @@ class RegionFedPlus(Strategy):
         if not self.dp.adds_noise:
             return sampling.get(region, [0.0] * len(self.blocks))
         f, sigma, clip = self.config.regional_share, self.dp.sigma, self.dp.clip
-        regional = (sigma / np.sqrt(f) * clip / expected[region]) ** 2
+        regional_clip = self.config.regional_clip or clip
+        regional = (sigma / np.sqrt(f) * regional_clip / expected[region]) ** 2
         total = sum(expected.values())
         global_ = (sigma / np.sqrt(1 - f) * clip / total) ** 2
         return [regional + global_] * len(self.blocks)
