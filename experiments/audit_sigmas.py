@@ -5,7 +5,8 @@ method trained once with the same canaries), then one table of accounted ε, the
 estimate (lower end, point) and the one-run lower bound per method and model::
 
     .venv/bin/python experiments/audit_sigmas.py --sigmas 0,0.5,1,2,4 \\
-        --methods fedavg,regionfed-grad,regionfed-interp --canaries 4000 --out results/audit
+        --methods fedavg,regionfed-grad,regionfed-interp,regionfed-plus --canaries 4000 \\
+        --out results/audit
 
 Writes ``sigma-<σ>/audit.{json,md,png}`` (``regionfed audit --out``) and ``table.md`` under
 ``--out``, and prints the table.
@@ -62,7 +63,8 @@ def table(records: dict[float, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sigmas", default="0,0.5,1,2,4")
-    parser.add_argument("--methods", default="fedavg,regionfed-grad,regionfed-interp")
+    parser.add_argument("--methods",
+                        default="fedavg,regionfed-grad,regionfed-interp,regionfed-plus")
     parser.add_argument("--canaries", type=int, default=4000)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -6,6 +6,7 @@ import json
 import pytest
 
 import regionfed.privacy.mechanism as mechanism
+from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
 from regionfed.audit import AuditSettings, audit_findings, audit_table, run_audit
 from regionfed.config import build_config
 from regionfed.errors import ConfigError
@@ -66,6 +67,40 @@ def test_noise_scaled_down_behind_the_ledgers_back_is_caught(monkeypatch):
     assert any("fedavg (global model): one-shot estimate" in f
                for f in audit_findings(record))
     assert "**Leak found:**" in audit_table(record)
+
+
+@pytest.mark.parametrize("leaky", [False, True])
+def test_regionfed_plus_regional_models_are_audited_and_a_leaky_regional_release_caught(
+        monkeypatch, leaky):
+    """regionfed-plus evaluates on the client, but its server keeps and sends each region
+    θ_r: the audit scores those too. With the regional releases' noise at 1 % of what the
+    ledger assumes (σ/√f), the regions' models leak (shrinkage off: served in full) and the
+    audit reports it; the correct mechanism is not accused."""
+    import math
+
+    import regionfed.privacy.releases as releases
+
+    sigma, share = 4.0, 0.2
+    if leaky:
+        original = releases.regional_aggregate
+
+        def quiet_regions(updates, weights, config, *args, **kwargs):
+            if math.isclose(config.sigma, sigma / math.sqrt(share)):
+                config = config.model_copy(update={"sigma": config.sigma * 0.01})
+            return original(updates, weights, config, *args, **kwargs)
+
+        monkeypatch.setattr(releases, "regional_aggregate", quiet_regions)
+    config = _config(sigma, ("regionfed-plus",), rounds=4, noise_seed=0).model_copy(
+        update={"regionfed_plus": RegionFedPlusConfig(shrinkage=False, regional_share=share)})
+    record = run_audit(config, AuditSettings(canaries=200))
+    plus = record["methods"]["regionfed-plus"]
+    assert set(plus["per_region"]) == {"region_00", "region_01"}
+    findings = audit_findings(record)
+    if leaky:
+        assert any("regionfed-plus (region_0" in f for f in findings), findings
+        assert not any("regionfed-plus (global" in f for f in findings), findings
+    else:
+        assert findings == []
 
 
 @pytest.mark.parametrize(("settings", "config", "message"), [

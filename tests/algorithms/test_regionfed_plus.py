@@ -365,3 +365,24 @@ def test_the_regional_clip_sets_the_offsets_noise_and_the_variance_shrinkage_ass
         assert float(strategy.offsets[region].std()) == pytest.approx(math.sqrt(variance),
                                                                       rel=0.03)
         assert strategy.noise_var[region] == pytest.approx([variance] * len(strategy.blocks))
+
+
+def test_the_regional_models_a_run_keeps_are_the_served_ones_even_with_on_device_choice():
+    """With two-level personalization each client is evaluated on its device, but the server
+    still keeps and sends θ_r: a run saves (and the audit scores) those, for every region
+    with ``unchanged`` and for those that differ from θ without; Ditto keeps none."""
+    from regionfed.algorithms.ditto import Ditto
+    from regionfed.runtime.simulator import regional_models
+
+    clients, view = _shifted()
+    plus = RegionFedPlus(RegionFedPlusConfig(two_level=True, shrinkage=False))
+    run_rounds(plus, clients, view, 2)
+    assert plus.evaluates_on_client
+    kept = regional_models(plus)
+    assert set(kept) == set(view.regions)
+    for region, params in kept.items():
+        assert torch.equal(params, plus.regional_params(region))
+        assert not torch.equal(params, plus.params)
+    ditto = Ditto()
+    run_rounds(ditto, clients, view, 1)
+    assert regional_models(ditto) == {} and regional_models(ditto, unchanged=True) == {}

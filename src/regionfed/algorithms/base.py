@@ -366,6 +366,13 @@ class Strategy(ABC):
         """The parameters ``client_id`` is evaluated with (default: the global model)."""
         return self.params
 
+    def served_regional_params(self, region: str) -> torch.Tensor | None:
+        """For a strategy whose :meth:`eval_params` runs on the client
+        (:attr:`evaluates_on_client`): the regional model the server itself keeps and sends
+        ``region``'s clients, if any — a release like the global model, so it is saved with
+        the run and audited. ``None`` (default): nothing beyond the global model."""
+        return None
+
     def client_evaluation_arrays(self, region: str) -> dict[str, torch.Tensor]:
         """Server state beyond ``params`` that a client-side :meth:`eval_params` of a client
         in ``region`` needs (e.g. its regional model): a distributed runtime sends it with

@@ -695,9 +695,17 @@ def regional_models(strategy: Strategy, *, unchanged: bool = False
     of a region-personalized strategy — where they differ from the global model (every
     region with ``unchanged``; none for a strategy that serves every region the global
     model). Regions evaluated with an ensemble, or per client (a client-personalized
-    strategy whose clients of one region get different models), are left out."""
+    strategy whose clients of one region get different models), are left out; a strategy
+    that evaluates on the client gives the regional models its server keeps
+    (:meth:`~regionfed.algorithms.base.Strategy.served_regional_params`)."""
     models: dict[str, torch.Tensor] = {}
-    if strategy.evaluates_on_client or type(strategy).eval_params is Strategy.eval_params:
+    if strategy.evaluates_on_client:
+        for region in strategy.view.regions:
+            served = strategy.served_regional_params(region)
+            if served is not None and (unchanged or not torch.equal(served, strategy.params)):
+                models[region] = served.clone()
+        return models
+    if type(strategy).eval_params is Strategy.eval_params:
         return models
     for region in strategy.view.regions:
         clients = strategy.view.clients_in(region)

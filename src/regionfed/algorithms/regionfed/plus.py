@@ -267,6 +267,11 @@ class RegionFedPlus(Strategy):
             counts[self.view.client_region[client_id]][choice] += 1
         return {"choices": counts}
 
+    def served_regional_params(self, region: str) -> torch.Tensor:
+        """θ_r: sent as every sampled client's training start, whichever model a client
+        is then evaluated with."""
+        return self.regional_params(region)
+
     def client_evaluation_arrays(self, region: str) -> dict[str, torch.Tensor]:
         return {"regional": self.regional_params(region)} if self.config.two_level else {}
 
