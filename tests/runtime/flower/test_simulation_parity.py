@@ -36,12 +36,14 @@ def flower_env(monkeypatch):
 
 
 def test_an_audit_on_flower_sim_matches_the_in_process_audit():
-    """fedavg through ``run_flower_simulation`` with an audit's canaries, each one more
-    SuperNode running the ClientApp (RegionFed: through the CLI below): the same global
-    model, canary scores and test score as in process, and no canary is scored."""
+    """fedavg and regionfed-plus through ``run_flower_simulation`` with an audit's canaries,
+    each one more SuperNode running the ClientApp (RegionFed: through the CLI below): the
+    same global model, canary scores and test score as in process, and no canary is scored;
+    plus's regional models (kept by its server, chosen among on the clients' nodes) score
+    the same too."""
     from regionfed.audit import AuditSettings, run_audit
 
-    config = build_config({**CONFIG, "methods": ["fedavg"],
+    config = build_config({**CONFIG, "methods": ["fedavg", "regionfed-plus"],
                            "training": {**CONFIG["training"], "sample_rate": 0.5},
                            "dp": {"mode": "user", "sigma": 0.0, "clip": 1.0,
                                   "noise_seed": 0}})  # σ = 0: nothing random but sampling
@@ -55,6 +57,12 @@ def test_an_audit_on_flower_sim_matches_the_in_process_audit():
         assert flower[key] == pytest.approx(local[key], abs=1e-4)
     assert flower["test_overall"] == pytest.approx(local["test_overall"], abs=1e-3)
     assert flower["epsilon_estimate_point"] == "inf" or flower["epsilon_estimate_point"] > 3
+    flower, local = (records[r]["methods"]["regionfed-plus"] for r in ("flower-sim", "inprocess"))
+    assert set(flower["per_region"]) == set(local["per_region"]) == {"region_00", "region_01"}
+    for region, entry in flower["per_region"].items():
+        assert entry["scores_inserted"] == pytest.approx(
+            local["per_region"][region]["scores_inserted"], abs=1e-4)
+    assert flower["test_overall"] == pytest.approx(local["test_overall"], abs=1e-3)
 
 
 def test_the_cli_runs_regionfed_on_flower_sim_like_in_process(tmp_path, capsys):
