@@ -1,3 +1,4 @@
+import threading
 from typing import Any
 
 import pytest
@@ -258,6 +259,14 @@ def test_full_gradients_run_one_by_one_on_a_cpu_even_when_batching(
         raise AssertionError("batched gradients on a CPU")
 
     monkeypatch.setattr(simulator_module, "mean_gradients_batched", never)
+    threads = []
+    one_gradient = simulator_module.mean_gradient
+
+    def on_which_thread(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return one_gradient(*args, **kwargs)
+
+    monkeypatch.setattr(simulator_module, "mean_gradient", on_which_thread)
     training = FAST.model_copy(update={"rounds": 1, "gradient_batch_size": 7,
                                        "client_batching": "on"})
     run = Simulator(tiny_federation, tiny_task, training, seed=0).run(
@@ -265,3 +274,6 @@ def test_full_gradients_run_one_by_one_on_a_cpu_even_when_batching(
     assert gradient_sizes and set(gradient_sizes) == {7}
     said = run.history[0]["client_batching"]
     assert said.startswith("partly batched") and GRADIENTS_ONE_BY_ONE in said
+    # a gradient exchange has nothing to batch on a CPU: its steps run on this thread, not
+    # one fresh lockstep thread each (torch's small products are ~3× slower on those)
+    assert threads and set(threads) == {threading.main_thread()}
