@@ -318,7 +318,9 @@ def test_bad_settings_are_config_errors():
             RegionFedPlusConfig(reallocate_below=below)
     for clip in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError):
-            RegionFedPlusConfig(regional_clip=clip)
+            RegionFedPlusConfig(regional_part="head", regional_clip=clip)
+    with pytest.raises(ValueError, match="regional_part: head"):
+        RegionFedPlusConfig(regional_clip=0.3)  # the whole model: a biased offset
     clients, view = _shifted()
     from regionfed.errors import MethodNotApplicableError
 
@@ -349,21 +351,24 @@ def test_the_cli_runs_plus_under_dp_at_fedavgs_epsilon(tmp_path, capsys):
 @pytest.mark.parametrize("clip_r", [None, 0.25])
 def test_the_regional_clip_sets_the_offsets_noise_and_the_variance_shrinkage_assumes(clip_r):
     """Identical regions whose updates are all 0, under DP: after one round a region's offset
-    is pure noise, per coordinate of std √(σ_r²C_r²/(q n_r)² + σ_g²C²/(qN)²) — the variance
-    the shrinkage is told (noise_var) — at C_r = C by default or the ``regional_clip``."""
+    (on the declared head, the model's first 15,000 entries) is pure noise, per coordinate of
+    std √(σ_r²C_r²/(q n_r)² + σ_g²C²/(qN)²) — the variance the shrinkage is told
+    (noise_var) — at C_r = C by default or the ``regional_clip``; none off the head."""
     dim, sigma, f = 20_000, 2.0, 0.2
     clients = {f"{r}/{k}": QuadraticClient(f"{r}/{k}", r, 10, torch.zeros(dim))
                for r in "ab" for k in range(4)}
-    view = FederationView(("a", "b"), {c: c[0] for c in clients}, dict.fromkeys(clients, 10))
+    view = FederationView(("a", "b"), {c: c[0] for c in clients}, dict.fromkeys(clients, 10),
+                          parameter_groups={"head": (ParameterBlock("head.w", 0, (15_000,)),)})
     strategy = RegionFedPlus(RegionFedPlusConfig(two_level=False, regional_share=f,
-                                                 regional_clip=clip_r),
+                                                 regional_part="head", regional_clip=clip_r),
                              sample_rate=1.0, dp=DPConfig(mode="user", sigma=sigma, clip=1.0))
     run_rounds(strategy, clients, view, 1, init=torch.zeros(dim))
     c_r = 1.0 if clip_r is None else clip_r
     variance = (sigma / math.sqrt(f) * c_r / 4) ** 2 + (sigma / math.sqrt(1 - f) / 8) ** 2
     for region in "ab":
-        assert float(strategy.offsets[region].std()) == pytest.approx(math.sqrt(variance),
-                                                                      rel=0.03)
+        offset = strategy.offsets[region]
+        assert float(offset[:15_000].std()) == pytest.approx(math.sqrt(variance), rel=0.03)
+        assert not offset[15_000:].any()
         assert strategy.noise_var[region] == pytest.approx([variance] * len(strategy.blocks))
 
 

@@ -114,3 +114,13 @@ class RegionFedPlusConfig(BaseModel):
     #: Under DP it is not applied (the search would read un-noised validation data): the
     #: served model is θ + Σ_b α_{r,b}·a_{r,b}
     validation_scale: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> RegionFedPlusConfig:
+        if self.regional_clip is not None and self.regional_part != "head":
+            # the whole update is clipped at C for the global mean: clipped again at another
+            # C_r, every region's mean would differ from it by the clip alone, a bias the
+            # offsets would accumulate
+            raise ValueError("regional_clip needs regional_part: head (a clip of its own "
+                             "for the whole model would bias every regional offset)")
+        return self
