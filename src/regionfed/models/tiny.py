@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.nn import functional as F
 
+from regionfed.models.ngram_bag import ngram_sum
+
 NUM_DISTANCE_BUCKETS = 4  # deletion distance 0, 1, 2, and "farther" (gold injected in training)
 NEG_INF = -1e9  # a finite mask value: -inf rows would give NaN softmaxes on padding
 #: the spell head scores a token against all of a batch's U distinct words (then picks its K
@@ -50,7 +52,7 @@ def mean_ngram_embedding(table: nn.Embedding, ngrams: torch.Tensor) -> torch.Ten
     """A word vector = the mean of its non-padding n-gram vectors: ``(..., G)`` ids →
     ``(..., d)`` (bucket 0 is padding and its row stays zero)."""
     count = (ngrams != 0).sum(-1, keepdim=True).clamp(min=1)
-    return table(ngrams).sum(-2) / count
+    return ngram_sum(table.weight, ngrams) / count
 
 
 class EinsumSelfAttention(nn.Module):
