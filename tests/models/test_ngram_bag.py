@@ -90,3 +90,24 @@ def test_second_derivatives_equal_the_plain_computations(batch):
                                reference(tables[0], ngrams[0], weights[0]))
     torch.testing.assert_close(vmap(ours)(tables, ngrams, weights),
                                vmap(reference)(tables, ngrams, weights), rtol=1e-5, atol=1e-5)
+
+
+def test_the_function_runs_under_torch_func_only(batch, monkeypatch):
+    """Plain autograd (the sequential client loop) takes the native ops, without the
+    Function's Python overhead; vmap takes the stacked rule."""
+    from regionfed.models import ngram_bag
+
+    calls = []
+    original = ngram_bag._NgramSum.vmap
+
+    def counted(*args, **kwargs):
+        calls.append("vmap")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ngram_bag._NgramSum, "vmap", staticmethod(counted))
+    tables, ngrams, weights = batch
+    leaf = tables[0].clone().requires_grad_()
+    assert "NgramSum" not in type(ngram_sum(leaf, ngrams[0]).grad_fn).__name__
+    assert calls == []
+    vmap(grad(_ours))(tables, ngrams, weights)
+    assert calls == ["vmap"]
