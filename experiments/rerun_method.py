@@ -26,9 +26,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from regionfed.io import write_atomic, write_json
+from regionfed.io import write_json
 from regionfed.studies.registry import get_study
-from regionfed.studies.runner import plot_study, rows_csv, slug, variant_rows
+from regionfed.studies.runner import run_seconds, slug, variant_rows, write_study
 
 
 def merge_variant(published: Path, rerun: Path, method: str, commit: str) -> dict:
@@ -78,14 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     order = {v.label: i for i, v in enumerate(study.variants)}
     rows.sort(key=lambda r: order[r["variant"]])  # the study's own row order
     record["rows"] = rows
-    record["run_seconds"] = round(sum((r["seconds"] or 0.0) * r["seeds"] for r in rows), 1)
+    record["run_seconds"] = run_seconds(rows)
     record.setdefault("reruns", []).append({
         "method": args.method, "variants": merged, "commit": args.commit,
         "command": f"regionfed run --config {args.study_folder}/<variant>/config.yaml "
                    f"--methods {args.method}"})
-    write_json(args.study_folder / "study.json", record)
-    write_atomic(args.study_folder / f"{study.name}.csv", rows_csv(rows))
-    plot_study(record, args.study_folder / f"{study.name}.png")
+    write_study(record, args.study_folder)
     print(f"{study.name}: {args.method} rerun merged into {', '.join(merged)}")
     return 0
 

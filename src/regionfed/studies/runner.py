@@ -125,13 +125,22 @@ def run_study(study: Study, out: Path, *, full: bool = False, seeds: int | None 
               "question": study.question, "full": full, "command": command,
               "hardware": hardware(), "jobs": jobs,
               "wall_seconds": round(time.perf_counter() - start, 1),
-              # the runs' own time, whichever invocation trained them (resume-proof)
-              "run_seconds": round(sum((r["seconds"] or 0.0) * r["seeds"] for r in rows), 1),
+              "run_seconds": run_seconds(rows),
               "variants": [v.label for v in study.variants], "rows": rows}
-    write_json(out / "study.json", record)
-    write_atomic(out / f"{study.name}.csv", rows_csv(rows))
-    plot_study(record, out / f"{study.name}.png")
+    write_study(record, out)
     return record
+
+
+def run_seconds(rows: list[dict[str, Any]]) -> float:
+    """The runs' own time, whichever invocation trained them (resume-proof)."""
+    return round(sum((r["seconds"] or 0.0) * r["seeds"] for r in rows), 1)
+
+
+def write_study(record: dict[str, Any], out: Path) -> None:
+    """A study folder's summary: ``study.json``, the rows' CSV and their plot."""
+    write_json(out / "study.json", record)
+    write_atomic(out / f"{record['study']}.csv", rows_csv(record["rows"]))
+    plot_study(record, out / f"{record['study']}.png")
 
 
 def _run_in_workers(study: Study, configs: list[tuple[Variant, RunConfig]], out: Path,
