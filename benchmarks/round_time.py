@@ -9,14 +9,20 @@ shared and noisy: compare ratios, not absolute times).
     .venv/bin/python benchmarks/round_time.py --json out.json # also write the numbers
 
 Workload (default): esci-synth, 8 regions × 10 clients, the ``tiny`` model, E = 1, batch 32,
-AdamW, no DP, golden-section search on. A round's time is the median over ``--repeats``
-timed rounds (the first round, which also calibrates μ and collects the dynamic router's
-histograms, and the last, which evaluates, are not timed).
+AdamW, no DP, golden-section search on. FedAvg is timed with its clients one by one
+(``client_batching: off``), batched (vmap, ``on``) and over processes (``processes``: this
+process and one worker per further torch thread, each at one thread); RegionFed's ratios use
+``--mode`` (default ``processes``, what ``auto`` picks on a CPU with two or more threads).
+A round's time is the median over ``--repeats`` timed rounds (the first round, which also
+calibrates μ and collects the dynamic router's histograms, and the last, which evaluates,
+are not timed; the workers of ``processes`` are started before the first).
 
-Prints a table and (``--json``) the keys ``speedup_batched``, ``ratio_grad_fedavg``,
+Prints a table and (``--json``) the keys ``speedup_batched``, ``speedup_processes``,
+``ratio_mode``, ``ratio_grad_fedavg``,
 ``ratio_meta_fedavg``, ``ratio_interp_fedavg``, ``ratio_dynamic_fedavg``,
 ``ratio_grad_fedavg_e5`` and ``ratio_meta_fedavg_e5`` (the same ratios at E = 5; ``--quick``
-measures them too), ``floor_efficiency``, ``clients_per_second_8000``, ``peak_rss_gb_8000``
+measures them too), ``floor_efficiency`` (batched), ``floor_efficiency_processes``,
+``clients_per_second_8000``, ``peak_rss_gb_8000``
 plus the raw seconds and a per-round time breakdown by exchange kind. ``--baselines`` adds,
 for every method with its own client step, batched and sequential seconds per round and the
 round log's ``client_batching`` (``baselines``).
@@ -46,6 +52,8 @@ from regionfed.runtime.params import get_flat
 from regionfed.runtime.simulator import FederatedRun, Simulator
 
 PAPER_LOCAL_EPOCHS = 40  # paper §4 training configuration
+#: client_batching value → its fedavg row (``fedavg-<label>``)
+PARALLEL_LABELS = {"processes": "processes", "on": "batched", "off": "sequential"}
 REGIONFED_METHODS = ("regionfed-grad", "regionfed-meta", "regionfed-interp",
                      "regionfed-dynamic")
 #: methods whose client step is their own (batched in lockstep where their calls allow)
@@ -76,6 +84,8 @@ def timed_run(method: str, federation, task, training: TrainingConfig
     kind, and the run (final parameters, logs)."""
     strategy = build_strategy(method, RunConfig(methods=[method]))
     sim = Simulator(federation, task, training, seed=0)
+    if training.client_batching == "processes":
+        sim.client_processes().wait_ready()  # worker start-up is not a round's time
     stamps: list[float] = []
     breakdowns: list[dict[str, float]] = []
 
@@ -167,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="clients per region of the scale probe (8 regions; default 1000, "
                         "125 with --quick)")
     p.add_argument("--json", metavar="FILE", help="write the numbers as JSON")
+    p.add_argument("--mode", choices=tuple(PARALLEL_LABELS), default="processes",
+                   help="client_batching of the RegionFed / fedavg ratios (default: "
+                        "processes, what auto picks on a CPU with two or more threads)")
     p.add_argument("--baselines", nargs="?", const=",".join(OWN_STEP_METHODS), default=None,
                    metavar="M1,M2",
                    help="also time the methods with their own client step (all, or those "
@@ -192,8 +205,11 @@ def main(argv: list[str] | None = None) -> int:
                            "repeats": repeats, "paper_epochs_check": args.paper_epochs_check}
     seconds: dict[str, float] = {}
     breakdown: dict[str, dict[str, float]] = {}
-    runs = [("fedavg-sequential", "fedavg", "off"), ("fedavg", "fedavg", "on"),
-            *((m, m, "on") for m in REGIONFED_METHODS)]
+    mode = args.mode
+    out["ratio_mode"] = mode
+    runs = [("fedavg-sequential", "fedavg", "off"), ("fedavg-batched", "fedavg", "on"),
+            ("fedavg-processes", "fedavg", "processes"),
+            *((m, m, mode) for m in REGIONFED_METHODS)]
     for label, method, batching in runs:
         times, parts = round_times(method, federation, task,
                                    training_config(rounds, batching, args.max_batched))
@@ -203,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     # RegionFed's extra work per round (ρ search, scoring, meta gradient, interp fine-tune)
     # does not grow with E; FedAvg's round does. Project the ratio to the paper's E = 40 from
     # this run's own breakdown: 1 + extra / (E · FedAvg's training seconds at E = 1).
+    seconds["fedavg"] = seconds[f"fedavg-{PARALLEL_LABELS[mode]}"]  # the ratios' baseline
+    breakdown["fedavg"] = breakdown[f"fedavg-{PARALLEL_LABELS[mode]}"]
     fedavg_train = breakdown["fedavg"].get("train", seconds["fedavg"])
     projected = {}
     for m in REGIONFED_METHODS:
@@ -211,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.paper_epochs_check:
         for m in ("fedavg", "regionfed-grad", "regionfed-meta"):
             times, _ = round_times(m, federation, task, training_config(
-                rounds, "on", args.max_batched, epochs=args.paper_epochs_check))
+                rounds, mode, args.max_batched, epochs=args.paper_epochs_check))
             seconds[f"{m}@E{args.paper_epochs_check}"] = float(np.median(times))
     if args.paper_epochs_check:
         e = args.paper_epochs_check
@@ -224,16 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     floor = floor_seconds(federation, task, 32 * chunk, repeats)
     floor_small = floor_seconds(federation, task, 32, repeats)
     fedavg = seconds["fedavg"]
+    sequential = seconds["fedavg-sequential"]
     out.update({
         "seconds_per_round": seconds,
         "breakdown_seconds": breakdown,
         "floor_seconds": floor,
         "floor_seconds_batch32": floor_small,
-        "speedup_batched": seconds["fedavg-sequential"] / fedavg,
+        "speedup_batched": sequential / seconds["fedavg-batched"],
+        "speedup_processes": sequential / seconds["fedavg-processes"],
         **{ratio_key(m): seconds[m] / fedavg for m in REGIONFED_METHODS},
         "projected_ratios_at_paper_E40": projected,
-        "floor_efficiency": floor / fedavg,
-        "sequential_floor_efficiency": floor / seconds["fedavg-sequential"],
+        "floor_efficiency": floor / seconds["fedavg-batched"],
+        "floor_efficiency_processes": floor / seconds["fedavg-processes"],
+        "sequential_floor_efficiency": floor / sequential,
     })
     probe = subprocess.run(
         [sys.executable, __file__, "--_scale-probe", "--scale-clients",
@@ -253,9 +274,12 @@ def format_table(out: dict[str, Any]) -> str:
     s = out["seconds_per_round"]
     rows = [
         ("fedavg, sequential clients", f"{s['fedavg-sequential']:.3f} s/round"),
-        ("fedavg, batched clients", f"{s['fedavg']:.3f} s/round"),
+        ("fedavg, batched clients (vmap)", f"{s['fedavg-batched']:.3f} s/round"),
+        ("fedavg, clients over processes", f"{s['fedavg-processes']:.3f} s/round"),
         ("speed-up batched / sequential", f"{out['speedup_batched']:.2f}×"),
-        *((f"{m} / fedavg", f"{out[ratio_key(m)]:.2f}×") for m in REGIONFED_METHODS),
+        ("speed-up processes / sequential", f"{out['speedup_processes']:.2f}×"),
+        *((f"{m} / fedavg ({out['ratio_mode']})", f"{out[ratio_key(m)]:.2f}×")
+          for m in REGIONFED_METHODS),
         *((f"{m} / fedavg projected to E = 40 (paper)",
            f"{out['projected_ratios_at_paper_E40'][ratio_key(m)]:.3f}×")
           for m in REGIONFED_METHODS),
@@ -264,6 +288,8 @@ def format_table(out: dict[str, Any]) -> str:
           for m in ("regionfed-grad", "regionfed-meta")),
         ("compute floor (one model, same sample-gradients)", f"{out['floor_seconds']:.3f} s"),
         ("floor efficiency (floor / batched round)", f"{100 * out['floor_efficiency']:.0f} %"),
+        ("floor efficiency over processes",
+         f"{100 * out['floor_efficiency_processes']:.0f} %"),
         ("floor efficiency of the sequential loop",
          f"{100 * out['sequential_floor_efficiency']:.0f} %"),
         (f"scale: {out['scale']['clients']} clients, one batched fedavg round",

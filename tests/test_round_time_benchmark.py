@@ -29,9 +29,12 @@ def test_baselines_report_both_arms_and_what_the_round_log_says(tiny_federation,
         assert row["batched_seconds"] > 0 and row["sequential_seconds"] > 0
         assert row["speedup"] == row["sequential_seconds"] / row["batched_seconds"]
     table = bench.format_table({
-        "seconds_per_round": {"fedavg-sequential": 2.0, "fedavg": 1.0,
+        "seconds_per_round": {"fedavg-sequential": 2.0, "fedavg-batched": 1.0,
+                              "fedavg-processes": 1.1, "fedavg": 1.1,
                               **dict.fromkeys(bench.REGIONFED_METHODS, 1.5)},
-        "speedup_batched": 2.0, **{bench.ratio_key(m): 1.5 for m in bench.REGIONFED_METHODS},
+        "speedup_batched": 2.0, "speedup_processes": 1.8, "ratio_mode": "processes",
+        "floor_efficiency_processes": 0.45,
+        **{bench.ratio_key(m): 1.5 for m in bench.REGIONFED_METHODS},
         "projected_ratios_at_paper_E40": {bench.ratio_key(m): 1.01
                                           for m in bench.REGIONFED_METHODS},
         "floor_seconds": 0.5, "floor_efficiency": 0.5, "sequential_floor_efficiency": 0.25,

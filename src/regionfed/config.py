@@ -55,8 +55,10 @@ class TrainingConfig(BaseModel):
     #: strategy allow it: ``auto`` on a CPU with at least two torch threads (on one thread
     #: the sequential loop is faster), ``on`` wherever the model is (an accelerator too,
     #: until measurements make it the default there), ``off`` one by one; results agree to
-    #: float tolerance
-    client_batching: Literal["auto", "on", "off"] = "auto"
+    #: float tolerance; ``processes`` computes the clients' training and gradient calls in
+    #: this process and spawned workers side by side, one torch thread each, with the
+    #: sequential loop's own computation (CPU only; :mod:`regionfed.runtime.client_processes`)
+    client_batching: Literal["auto", "on", "off", "processes"] = "auto"
     #: clients per batched computation (bounds memory: each holds its own parameters and
     #: optimizer state)
     max_batched_clients: int = Field(64, ge=1)

@@ -139,15 +139,16 @@ def test_batched_clients_give_the_sequential_result(tiny_federation, tiny_task, 
 
 
 def test_batching_on_an_accelerator_is_opt_in(tiny_federation, tiny_task, monkeypatch):
-    """``auto`` batches on the CPU only, and there only with two or more torch threads (on
-    one the sequential loop is faster); ``on`` batches wherever the model is (the batched
-    trainer computes on the model's device); ``off`` never."""
+    """``auto`` spreads clients over processes on the CPU only, and there only with two or
+    more torch threads (on one the sequential loop is as fast); ``on`` batches wherever the
+    model is (the batched trainer computes on the model's device); ``processes`` is for the
+    CPU; ``off`` never."""
     from regionfed.algorithms.fedavg import FedAvg
 
     modes = {}
     for threads in (2, 1):
         monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)
-        for mode in ("auto", "on", "off"):
+        for mode in ("auto", "on", "off", "processes"):
             sim = Simulator(tiny_federation, tiny_task,
                             FAST.model_copy(update={"client_batching": mode}), seed=0)
             modes[mode, "cpu", threads] = sim.batching_mode(FedAvg())
@@ -155,8 +156,14 @@ def test_batching_on_an_accelerator_is_opt_in(tiny_federation, tiny_task, monkey
             modes[mode, "cuda", threads] = sim.batching_mode(FedAvg())
     assert modes["auto", "cpu", 1].startswith("sequential (one torch thread")
     assert modes["on", "cpu", 1] == "batched"
+    # forced at one thread: one worker beside this process
+    assert modes["processes", "cpu", 1] == "processes (2 processes, one torch thread each)"
     modes = {key[:2]: mode for key, mode in modes.items() if key[2] == 2}
-    assert modes["auto", "cpu"] == modes["on", "cpu"] == modes["on", "cuda"] == "batched"
+    assert modes["auto", "cpu"] == modes["processes", "cpu"] \
+        == "processes (2 processes, one torch thread each)"
+    assert modes["on", "cpu"] == modes["on", "cuda"] == "batched"
+    assert modes["processes", "cuda"].startswith("sequential (client_batching processes is "
+                                                 "for the CPU")
     assert modes["auto", "cuda"].startswith("sequential (batching on cuda is opt-in")
     assert "client_batching=on" in modes["auto", "cuda"]
     assert modes["off", "cpu"] == modes["off", "cuda"] == "sequential (client_batching off)"
@@ -189,6 +196,9 @@ def test_the_round_log_says_how_much_was_batched():
         == "partly batched (2 of 8 calls one by one: a custom extra loss)"
     assert say("batched", "scaffold", Counter(), Counter({"a custom extra loss": 3})) \
         == "sequential (scaffold's client step trains with a custom extra loss)"
+    assert say("processes (2 processes, one torch thread each)", "ditto", Counter(train=6),
+               Counter({"a custom extra loss": 2})) \
+        == "partly in processes (2 of 8 calls one by one: a custom extra loss)"
 
 
 def test_a_run_keeps_each_regions_model_where_it_differs_from_the_global(tiny_federation,

@@ -100,8 +100,10 @@ def active_lockstep() -> Lockstep | None:
 class Lockstep:
     """Runs client steps in lockstep (module doc); ``batch`` computes the parked calls."""
 
-    def __init__(self, batch: BatchFn) -> None:
+    def __init__(self, batch: BatchFn, *, gradients: bool = True) -> None:
         self._batch = batch
+        #: whether ``gradient`` calls park (else a step computes them on the spot)
+        self.gradients = gradients
         self._baton = threading.Event()
         #: calls computed together with others, per kind
         self.batched: Counter[str] = Counter()

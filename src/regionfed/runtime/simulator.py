@@ -6,15 +6,18 @@ checked for NaN/inf, the strategy aggregates, and every ``eval_every`` rounds (a
 end) all clients are evaluated on their validation split with the model the strategy
 assigns them. The final models are scored on every client's test split.
 
-Client batching (``training.client_batching``: ``auto`` on the CPU, ``on`` on any device):
-the client steps of a window of ``max_batched_clients`` sampled clients run in lockstep
-(:mod:`.lockstep`), so every client's ``train`` (plain or with a
-:class:`~regionfed.algorithms.base.Proximal` term) and ``gradient`` call is computed in one
-batched computation per kind (:mod:`.batched_training`) — FedAvg's single step and Ditto's or
-regionfed-plus's two trainings alike, with the strategies' code unchanged. Results equal the
-sequential loop up to float summation order (tested). Frozen masks, mixtures and step caps
-batch too (:class:`~.batched_training.ClientOptions`); a call with another extra loss
-(SCAFFOLD's correction) and tasks whose batches can't be stacked run one by one; every
+Client batching (``training.client_batching``): the client steps of a window of
+``max_batched_clients`` sampled clients run in lockstep (:mod:`.lockstep`), so every
+client's ``train`` (plain or with a :class:`~regionfed.algorithms.base.Proximal` term) and
+``gradient`` call is computed together with the others' — FedAvg's single step and Ditto's
+or regionfed-plus's two trainings alike, with the strategies' code unchanged. Together means
+``processes`` (``auto`` on a CPU with two or more threads): the calls are spread over this
+process and worker processes, one torch thread each, each call computed as the sequential
+loop computes it (:mod:`.client_processes`); or ``on``: one batched (vmap) computation per
+kind (:mod:`.batched_training`, on any device), equal to the sequential loop up to float
+summation order (tested), with frozen masks, mixtures and step caps batched too
+(:class:`~.batched_training.ClientOptions`). A call with another extra loss (SCAFFOLD's
+correction) runs one by one, as do tasks whose batches can't be stacked under ``on``; every
 round's log says which (``client_batching``).
 """
 
@@ -45,13 +48,14 @@ from regionfed.algorithms.base import (
 from regionfed.config import TrainingConfig
 from regionfed.data.federation import ClientData, Federation, concat_splits
 from regionfed.errors import PrivacyBudgetError
-from regionfed.models.tasks import Task, device_of
+from regionfed.models.tasks import Task
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.runtime.batched_training import (
     ClientOptions,
     mean_gradients_batched,
     train_local_batched,
 )
+from regionfed.runtime.client_processes import ClientProcesses
 from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator, loggable
 from regionfed.runtime.faults import faults_log, round_faults, screen
@@ -168,7 +172,7 @@ class SimulatedClient:
         r = self.runner
         lockstep = active_lockstep()
         if lockstep is not None:
-            if device_of(r.model).type != "cpu":
+            if lockstep.gradients:
                 return lockstep.park(GRADIENT_CALL, self, params=params)
             lockstep.note_one_by_one(GRADIENTS_ONE_BY_ONE)
         return mean_gradient(r.task, r.model, params, self.prepared_train,
@@ -280,6 +284,11 @@ class Simulator:
         self.shared_scores = SharedScores(self)
         for client in self.clients.values():
             client.shared_scores = self.shared_scores
+        #: ``client_batching: processes``: the threads the run was given, and its workers
+        #: (started at the first window that needs them, ended by :meth:`close`)
+        self._run_threads = torch.get_num_threads()
+        self._processes_mode = False
+        self._processes: ClientProcesses | None = None
 
     def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
         """Every client on ``split`` with the model the strategy assigns it. A strategy that
@@ -349,18 +358,28 @@ class Simulator:
         }
 
     def batching_mode(self, strategy: Strategy) -> str:
-        """``batched``, or ``sequential (<why>)``: how this strategy's clients are trained."""
-        if self.training.client_batching == "off":
+        """``batched``, ``processes (…)``, or ``sequential (<why>)``: how this strategy's
+        clients are trained."""
+        choice = self.training.client_batching
+        if choice == "off":
             return "sequential (client_batching off)"
-        if self.device.type != "cpu" and self.training.client_batching != "on":
+        if choice == "processes" and self.device.type != "cpu":
+            return (f"sequential (client_batching processes is for the CPU; the model is on "
+                    f"{self.device})")
+        if self.device.type != "cpu" and choice != "on":
             return (f"sequential (batching on {self.device} is opt-in until measured there: "
                     "client_batching=on)")
+        if choice == "auto" and torch.get_num_threads() < 2:
+            return ("sequential (one torch thread: one core for this run, and batched "
+                    "clients measured 4–20 % slower there; client_batching=on or processes "
+                    "forces them)")
+        if choice in ("auto", "processes"):
+            # on a CPU: 80 default clients 1.95 s a round one by one (2 threads), 1.24–1.31 s
+            # batched, 1.08–1.10 s over two processes (docs/performance.md)
+            return (f"processes ({self.process_workers() + 1} processes, one torch thread "
+                    "each)")
         if self.task.batch_fill_values is None:
             return f"sequential ({type(self.task).__name__} batches can't be stacked)"
-        if self.training.client_batching == "auto" and self.device.type == "cpu" \
-                and torch.get_num_threads() < 2:
-            return ("sequential (one torch thread: batched clients measured 8–20 % slower "
-                    "there; client_batching=on forces them)")
         return "batched"
 
     @staticmethod
@@ -369,13 +388,14 @@ class Simulator:
         """The round log's ``client_batching``: the run's :meth:`batching_mode`, qualified
         by the round's calls (``lockstep``: calls computed together; ``one_by_one``: calls
         a client step made that could not be batched, by reason)."""
-        if mode != "batched" or not one_by_one:
+        if not mode.startswith(("batched", "processes")) or not one_by_one:
             return mode
         reasons = ", ".join(sorted(one_by_one))
         if not lockstep:
             return f"sequential ({strategy}'s client step trains with {reasons})"
         total = sum(one_by_one.values()) + sum(lockstep.values())
-        return (f"partly batched ({sum(one_by_one.values())} of {total} calls one by one: "
+        how = "batched" if mode == "batched" else "in processes"
+        return (f"partly {how} ({sum(one_by_one.values())} of {total} calls one by one: "
                 f"{reasons})")
 
     def _drive_round(self, strategy: Strategy, rnd: int
@@ -386,7 +406,8 @@ class Simulator:
         round_start = time.perf_counter()
         seconds: dict[str, float] = {}
         mode = self.batching_mode(strategy)
-        batched_mode = mode == "batched"
+        batched_mode = mode == "batched" or mode.startswith("processes")
+        self._processes_mode = mode.startswith("processes")
         calls: tuple[Counter[str], Counter[str]] = (Counter(), Counter())  # batched, one by one
         faults = round_faults(list(self.clients), self.training.dropout,
                               self.training.stragglers, self.seed, rnd)
@@ -452,7 +473,7 @@ class Simulator:
             # two threads): a full-data gradient took ~15 % longer there
             calls[1][GRADIENTS_ONE_BY_ONE] += sum(ins.kind == GRADIENT for ins in window)
             return [step() for step in steps]
-        lockstep = Lockstep(self._compute_parked)
+        lockstep = Lockstep(self._compute_parked, gradients=self._parks_gradients)
         replies = lockstep.run(steps)
         calls[0].update(lockstep.batched)
         calls[1].update(lockstep.one_by_one)
@@ -463,7 +484,34 @@ class Simulator:
         training step's, or a full-data gradient on an accelerator (on a CPU those are
         computed one client at a time, see :data:`GRADIENTS_ONE_BY_ONE`)."""
         return instruction.kind == TRAIN or (instruction.kind == GRADIENT
-                                             and self.device.type != "cpu")
+                                             and self._parks_gradients)
+
+    @property
+    def _parks_gradients(self) -> bool:
+        """Full-data gradients are computed together on an accelerator (batched) and in
+        ``processes`` mode (spread over the processes); on a CPU otherwise one by one."""
+        return self.device.type != "cpu" or self._processes_mode
+
+    def process_workers(self) -> int:
+        """Worker processes of ``client_batching: processes``: the run's torch threads
+        (the cores it was given) less this process, at least one."""
+        return max(1, self._run_threads - 1)
+
+    def client_processes(self) -> ClientProcesses:
+        """The worker processes of ``client_batching: processes``, started on first use (a
+        run starts them with its first round; they take seconds to import torch, and until
+        they are ready this process computes every call)."""
+        if self._processes is None:
+            self._processes = ClientProcesses(
+                self.task, self.model, self.training.batch_size, self.training.optimizer,
+                self.training.gradient_batch_size, self.process_workers())
+        return self._processes
+
+    def close(self) -> None:
+        """End the client worker processes, if any were started (idempotent)."""
+        if self._processes is not None:
+            self._processes.close()
+            self._processes = None
 
     def _batchable(self, instruction: TrainInstruction) -> bool:
         """Only clients with data are computed in a batch (not, e.g., an audit's canaries)."""
@@ -473,6 +521,8 @@ class Simulator:
         """The parked calls of one kind (:mod:`.lockstep`): ``train`` as
         :func:`train_local_batched`, ``gradient`` as :func:`mean_gradients_batched`; a
         single call as the sequential loop computes it."""
+        if self._processes_mode:
+            return self.client_processes().compute(kind, calls)
         clients = [call.client for call in calls]
         if kind == GRADIENT_CALL:
             if len(calls) == 1:
@@ -604,9 +654,14 @@ class Simulator:
             self.current_round = rnd
             return self._drive_round(strategy, rnd)
 
-        return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
-                            ledger, first_round=first_round, history=history,
-                            after_round=after_round)
+        try:
+            if self.batching_mode(strategy).startswith("processes"):
+                self.client_processes()  # workers import torch while the first round runs
+            return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
+                                ledger, first_round=first_round, history=history,
+                                after_round=after_round)
+        finally:
+            self.close()
 
 
 def drive_rounds(strategy: Strategy, training: TrainingConfig,
