@@ -65,6 +65,8 @@ EXAMPLES = """examples:
       # reproducible, and labelled "deterministic noise — not private" wherever ε appears
   regionfed run --resume runs/default             # finish an interrupted run
   regionfed run --jobs 1                          # one process (default: one per free core)
+  regionfed run --methods fedavg --set training.client_batching=processes
+      # one run's clients over worker processes, one thread each (auto: with >= 2 cores)
   regionfed run --dataset femnist --model cnn --methods fedavg,regionfed-grad --rounds 5 \\
       --local-epochs 2 --set data.num_regions=4   # real LEAF FEMNIST (../shared/data)
   regionfed run --model t5-tiny --methods fedavg,regionfed-grad --rounds 2 \\
