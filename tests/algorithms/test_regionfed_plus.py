@@ -135,6 +135,33 @@ def test_the_diagnostics_count_each_regions_choices_at_the_last_evaluation():
         "b": {"regional": 0, "global": 0, "personal": 2}}}
 
 
+def test_a_refreshed_personal_candidate_is_trained_from_the_served_model_and_not_kept():
+    """Quadratic client (target t, 1 step of lr 0.5 an epoch): 3 epochs from θ_r land at
+    θ_r + (1 − 0.5³)(t − θ_r); the stale personal model is neither used nor changed."""
+    clients, view = _shifted()
+    strategy = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
+                                                 personal_lambda=0.0), server_lr=1.0)
+    run_rounds(strategy, clients, view, rounds=1)
+    client = clients["a/0"]
+    stale = torch.tensor([-5.0, -5.0])
+    client.state["personal"] = stale
+    served = strategy.regional_params("a")
+    want = served + (1 - 0.5 ** 3) * (client.target - served)
+    assert torch.allclose(strategy.personal_candidate(served, client), want)
+    client.score_ = [0.5, 0.4, 0.9]  # regional, global, personal: the personal wins
+    assert torch.allclose(strategy.eval_params("a/0", "a", client), want)
+    assert client.state["personal"] is stale
+    # the proximal term of the personal objective holds it nearer θ_r
+    anchored = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
+                                                 personal_lambda=1.0), server_lr=1.0)
+    run_rounds(anchored, clients, view, rounds=1)
+    near = anchored.personal_candidate(served, client)
+    assert float((near - served).norm()) < float((want - served).norm())
+    # off (the default): the personal model last trained when the client was sampled
+    client.state["personal"] = stale  # (the second strategy's round trained a new one)
+    assert RegionFedPlus(RegionFedPlusConfig()).personal_candidate(served, client) is stale
+
+
 def test_a_personal_model_is_anchored_only_on_a_regional_model_that_validates_as_well():
     client = QuadraticClient("u", "a", 10, torch.zeros(2))
     personal, anchor = torch.zeros(2), torch.ones(2)
@@ -321,6 +348,10 @@ def test_bad_settings_are_config_errors():
             RegionFedPlusConfig(regional_part="head", regional_clip=clip)
     with pytest.raises(ValueError, match="regional_part: head"):
         RegionFedPlusConfig(regional_clip=0.3)  # the whole model: a biased offset
+    with pytest.raises(ValueError):
+        RegionFedPlusConfig(personal_refresh_epochs=-1)
+    with pytest.raises(ValueError, match="two_level"):
+        RegionFedPlusConfig(personal_refresh_epochs=2, two_level=False)
     clients, view = _shifted()
     from regionfed.errors import MethodNotApplicableError
 

@@ -103,6 +103,12 @@ class RegionFedPlusConfig(BaseModel):
     two_level: bool = True
     #: λ of the personal objective F_u(v) + (λ/2)‖v − θ_r‖² (Ditto's, anchored on θ_r)
     personal_lambda: float = Field(0.1, ge=0.0)
+    #: before a client is evaluated, fine-tune its personal candidate from the model it is
+    #: served (θ_r) for this many local epochs on its own training split (the personal
+    #: objective, proximal term towards θ_r included) instead of using the personal model
+    #: last trained when it was sampled — stale after ~1/q rounds. On-device: no privacy
+    #: cost, no change to training (the refreshed model is not kept). 0: off
+    personal_refresh_epochs: int = Field(0, ge=0)
     #: how many standard errors of the regional model's validation score a global or
     #: personal model must beat it by to be chosen on-device (0: the plain best score); a
     #: client's few validation examples otherwise pick a lucky model as often as a better one
@@ -117,6 +123,9 @@ class RegionFedPlusConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RegionFedPlusConfig:
+        if self.personal_refresh_epochs and not self.two_level:
+            raise ValueError("personal_refresh_epochs needs two_level: true (it refreshes the "
+                             "personal candidate of the on-device choice)")
         if self.regional_clip is not None and self.regional_part != "head":
             # the whole update is clipped at C for the global mean: clipped again at another
             # C_r, every region's mean would differ from it by the clip alone, a bias the

@@ -30,7 +30,9 @@ the device (starting from the public initial model, which round 1 hands every cl
 with λ = 0 while θ_r validates worse than v_u on the client's own split, so a
 noisy regional model does not drag the personal one down; the client is evaluated with
 whichever of global, regional and personal scores best on its own validation split
-(nothing leaves the device, no privacy cost). Every switch is a
+(nothing leaves the device, no privacy cost). With ``personal_refresh_epochs`` the personal
+candidate is fine-tuned from the served θ_r just before the evaluation instead (a sampled
+client's personal model is otherwise ~1/q rounds old). Every switch is a
 setting of :class:`~regionfed.algorithms.regionfed.config.RegionFedPlusConfig`.
 """
 
@@ -57,6 +59,8 @@ from regionfed.errors import ConfigError
 #: the shuffling stream of the update a client sends; the personal model trains on the main
 #: stream (as Ditto's does)
 SHARED_STREAM = "plus-shared"
+#: the shuffling stream of the personal candidate fine-tuned before an evaluation
+REFRESH_STREAM = "plus-personal-refresh"
 #: the round-1 instruction that hands every client the initial model for its personal one
 PERSONAL_INIT = "personal_init"
 #: the order in which a client's candidates win ties on validation
@@ -253,10 +257,22 @@ class RegionFedPlus(Strategy):
         if client is None or not self.config.two_level:
             return regional
         candidates = {"regional": regional, "global": self.params,
-                      "personal": client.state.get("personal", regional)}
+                      "personal": self.personal_candidate(regional, client)}
         choice = choose_on_validation(candidates, client, self.config.choice_margin)
         self.choices[client_id] = choice
         return candidates[choice]
+
+    def personal_candidate(self, regional: torch.Tensor, client: ClientContext
+                           ) -> torch.Tensor:
+        """The client's personal model; with ``personal_refresh_epochs``, one fine-tuned
+        from the served θ_r on F_u(v) + (λ/2)‖v − θ_r‖² for that many epochs (not kept)."""
+        epochs = self.config.personal_refresh_epochs
+        if not epochs:
+            return client.state.get("personal", regional)
+        lam = self.config.personal_lambda
+        refreshed, _ = client.train(regional, epochs=epochs, stream=REFRESH_STREAM,
+                                    extra_loss=proximal_term(regional, lam) if lam > 0 else None)
+        return refreshed
 
     def evaluation_diagnostics(self) -> dict[str, Any]:
         """Per region, how many clients were last evaluated with each candidate."""
