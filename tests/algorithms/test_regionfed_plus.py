@@ -101,6 +101,9 @@ def test_a_client_picks_the_model_that_validates_best_on_its_own_split():
     assert choose_on_validation(candidates, client) == "personal"
     client.score_ = [0.7, 0.7, 0.7]  # ties go to the regional model
     assert choose_on_validation(candidates, client) == "regional"
+    client.score_ = [0.7, 0.7, 0.7]  # … or to the first of another order
+    assert choose_on_validation(candidates, client,
+                                order=("personal", "regional", "global")) == "personal"
 
 
 def test_with_a_margin_a_challenger_must_beat_the_regional_model_by_standard_errors():
@@ -148,8 +151,12 @@ def test_a_refreshed_personal_candidate_is_trained_from_the_served_model_and_not
     served = strategy.regional_params("a")
     want = served + (1 - 0.5 ** 3) * (client.target - served)
     assert torch.allclose(strategy.personal_candidate(served, client), want)
-    client.score_ = [0.5, 0.4, 0.9]  # regional, global, personal: the personal wins
+    # refreshed, the personal model is the choice's default: scores are read personal,
+    # regional, global; one standard error at 0.5 on 10 examples is ≈ 0.158, the margin 0.5
+    client.score_ = [0.5, 0.55, 0.4]  # the regional model ahead by less than the margin
     assert torch.allclose(strategy.eval_params("a/0", "a", client), want)
+    client.score_ = [0.5, 0.6, 0.4]  # ahead by more: the regional model
+    assert torch.equal(strategy.eval_params("a/0", "a", client), served)
     assert client.state["personal"] is stale
     # the proximal term of the personal objective holds it nearer θ_r
     anchored = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,

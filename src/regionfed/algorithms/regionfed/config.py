@@ -106,8 +106,10 @@ class RegionFedPlusConfig(BaseModel):
     #: before a client is evaluated, fine-tune its personal candidate from the model it is
     #: served (θ_r) for this many local epochs on its own training split (the personal
     #: objective, proximal term towards θ_r included) instead of using the personal model
-    #: last trained when it was sampled — stale after ~1/q rounds. On-device: no privacy
-    #: cost, no change to training (the refreshed model is not kept). 0: off
+    #: last trained when it was sampled — stale after ~1/q rounds — and make it the
+    #: choice's default (the regional or global model must beat it by ``choice_margin``).
+    #: On-device: no privacy cost, no change to training (the refreshed model is not
+    #: kept). 0: off
     personal_refresh_epochs: int = Field(0, ge=0)
     #: how many standard errors of the regional model's validation score a global or
     #: personal model must beat it by to be chosen on-device (0: the plain best score); a

@@ -32,7 +32,7 @@ noisy regional model does not drag the personal one down; the client is evaluate
 whichever of global, regional and personal scores best on its own validation split
 (nothing leaves the device, no privacy cost). With ``personal_refresh_epochs`` the personal
 candidate is fine-tuned from the served θ_r just before the evaluation instead (a sampled
-client's personal model is otherwise ~1/q rounds old). Every switch is a
+client's personal model is otherwise ~1/q rounds old) and is the choice's default. Every switch is a
 setting of :class:`~regionfed.algorithms.regionfed.config.RegionFedPlusConfig`.
 """
 
@@ -65,6 +65,8 @@ REFRESH_STREAM = "plus-personal-refresh"
 PERSONAL_INIT = "personal_init"
 #: the order in which a client's candidates win ties on validation
 CANDIDATES = ("regional", "global", "personal")
+#: the choice's order when the personal candidate is refreshed: it is the default
+REFRESHED_ORDER = ("personal", "regional", "global")
 #: bracket width at which the search for a region's offset scale ρ_r stops (paper Alg. 3's)
 SCALE_TOLERANCE = 0.01
 
@@ -258,7 +260,10 @@ class RegionFedPlus(Strategy):
             return regional
         candidates = {"regional": regional, "global": self.params,
                       "personal": self.personal_candidate(regional, client)}
-        choice = choose_on_validation(candidates, client, self.config.choice_margin)
+        # a personal model just fine-tuned from θ_r on the client's own data is the default
+        # (expected at least as good as θ_r there); a stale one must prove itself
+        order = REFRESHED_ORDER if self.config.personal_refresh_epochs else CANDIDATES
+        choice = choose_on_validation(candidates, client, self.config.choice_margin, order)
         self.choices[client_id] = choice
         return candidates[choice]
 
@@ -311,13 +316,13 @@ def personal_anchor_weight(lam: float, personal: torch.Tensor, anchor: torch.Ten
 
 
 def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientContext,
-                         margin: float = 0.0) -> str:
+                         margin: float = 0.0, order: tuple[str, ...] = CANDIDATES) -> str:
     """The candidate with the best validation score on the client's own split, where any
-    candidate other than the first of :data:`CANDIDATES` present (the default, ``regional``)
-    must beat the default's score s₀ by ``margin`` standard errors √(s₀(1 − s₀)/n) of it
-    (ties: the order of :data:`CANDIDATES`); the default when the client has no validation
+    candidate other than the first of ``order`` present (the default; ``regional`` unless
+    said otherwise) must beat the default's score s₀ by ``margin`` standard errors
+    √(s₀(1 − s₀)/n) of it (ties: ``order``); the default when the client has no validation
     data."""
-    default, *challengers = [name for name in CANDIDATES if name in candidates]
+    default, *challengers = [name for name in order if name in candidates]
     score_sum, count = client.validation_score(candidates[default])
     if not count:
         return default
