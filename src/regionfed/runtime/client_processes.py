@@ -68,7 +68,8 @@ def call_cost(call: ParkedCall) -> float:
 def compute_call(kind: str, task: Task, model: torch.nn.Module, prepared: Any,
                  args: dict[str, Any], batch_size: int, optimizer: Any,
                  gradient_batch_size: int) -> Any:
-    """One parked call as the sequential loop computes it."""
+    """One parked call as the sequential loop computes it (here, in a worker, or for a
+    lockstep kind with a single call)."""
     if kind == GRADIENT_CALL:
         return mean_gradient(task, model, args["params"], prepared, gradient_batch_size)
     return train_local(task, model, prepared=prepared, batch_size=batch_size,

@@ -55,7 +55,7 @@ from regionfed.runtime.batched_training import (
     mean_gradients_batched,
     train_local_batched,
 )
-from regionfed.runtime.client_processes import ClientProcesses
+from regionfed.runtime.client_processes import ClientProcesses, compute_call
 from regionfed.runtime.device import resolve_device
 from regionfed.runtime.evaluation import FederationEvaluator, loggable
 from regionfed.runtime.faults import faults_log, round_faults, screen
@@ -523,12 +523,13 @@ class Simulator:
         single call as the sequential loop computes it."""
         if self._processes_mode:
             return self.client_processes().compute(kind, calls)
+        if len(calls) == 1:
+            call = calls[0]
+            return [compute_call(kind, self.task, self.model, call.client.prepared_train,
+                                 call.args, self.training.batch_size, self.training.optimizer,
+                                 self.training.gradient_batch_size)]
         clients = [call.client for call in calls]
         if kind == GRADIENT_CALL:
-            if len(calls) == 1:
-                return [mean_gradient(self.task, self.model, calls[0].args["params"],
-                                      clients[0].prepared_train,
-                                      self.training.gradient_batch_size)]
             # (accelerators only, see GRADIENTS_ONE_BY_ONE) batched clients keep the
             # training batch size: K clients × 256 examples in one vmapped pass was no
             # faster (CPU, 2 threads) and took 2.5× the peak memory
@@ -537,10 +538,6 @@ class Simulator:
                 [c.prepared_train for c in clients], self.training.batch_size,
                 max_clients=self.training.max_batched_clients)
         args = [call.args for call in calls]  # train_local's own arguments
-        if len(calls) == 1:
-            return [train_local(self.task, self.model, prepared=clients[0].prepared_train,
-                                batch_size=self.training.batch_size,
-                                optimizer=self.training.optimizer, **args[0])]
         return train_local_batched(
             self.task, self.model, [a["start"] for a in args],
             [c.prepared_train for c in clients], epochs=[a["epochs"] for a in args],
