@@ -29,6 +29,26 @@ def test_runs_are_deterministic_and_logged(tiny_federation, tiny_task):
     assert a.test["worst_region"] == min(a.test["per_region"].values())
 
 
+def test_the_last_validation_and_the_test_scores_ask_each_clients_model_once(
+        tiny_federation, tiny_task):
+    class Counting(FedAvg):
+        asked: list[str] = []
+
+        def eval_params(self, client_id, region, client):
+            if client is not None:  # not the run's summary of each region's model
+                self.asked.append(client_id)
+            return super().eval_params(client_id, region, client)
+
+    strategy = Counting()
+    sim = Simulator(tiny_federation, tiny_task, FAST, seed=0)
+    run = sim.run(strategy)
+    clients = [c.client_id for c in tiny_federation.clients]
+    # round 1's validation, then one pass for round 2's validation and the test scores
+    assert sorted(strategy.asked) == sorted(clients * 2)
+    assert run.history[-1]["val"]["overall"] == sim.evaluate(strategy, "val")["overall"]
+    assert run.test["overall"] == sim.evaluate(strategy, "test")["overall"]
+
+
 def test_fedavg_with_one_client_is_local_training(tiny_task):
     one = generate_esci_synth(num_queries=120, num_regions=1, clients_per_region=1,
                               vocab_size=1000, seed=3)

@@ -40,8 +40,23 @@ class FederationEvaluator:
         counts for the regions and the whole federation (the same numbers as scoring the
         pooled predictions, a third of the work); any other task is scored three times.
         """
+        return self.evaluate_splits((split,), lambda c: {split: predict(c)})[split]
+
+    def evaluate_splits(self, splits: tuple[str, ...],
+                        predict: Callable[[ClientData], dict[str, Any]]
+                        ) -> dict[str, dict[str, Any]]:
+        """:meth:`evaluate` of several splits in one pass over the clients:
+        ``predict(client)`` returns the client's predictions on each of ``splits`` (a
+        client's model is made once for all of them)."""
+        predictions: dict[str, dict[str, Any]] = {split: {} for split in splits}
+        for client in self.federation.clients:
+            mine = predict(client)
+            for split in splits:
+                predictions[split][client.client_id] = mine[split]
+        return {split: self._score(split, predictions[split]) for split in splits}
+
+    def _score(self, split: str, predictions: dict[str, Any]) -> dict[str, Any]:
         fed, task = self.federation, self.task
-        predictions = {c.client_id: predict(c) for c in fed.clients}
         try:
             counts = {c.client_id: task.score_counts(predictions[c.client_id], c.split(split))
                       for c in fed.clients}

@@ -291,20 +291,31 @@ class Simulator:
         self._processes: ClientProcesses | None = None
 
     def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
-        """Every client on ``split`` with the model the strategy assigns it. A strategy that
-        chooses on the client (:attr:`Strategy.evaluates_on_client`) may score the global
-        model and what :meth:`Strategy.client_evaluation_arrays` names on each client's
-        validation split: those scores come pooled (:class:`SharedScores`)."""
+        """Every client on ``split`` with the model the strategy assigns it."""
+        return self.evaluate_splits(strategy, (split,))[split]
+
+    def evaluate_splits(self, strategy: Strategy, splits: tuple[str, ...]
+                        ) -> dict[str, dict[str, Any]]:
+        """:meth:`evaluate` of several splits in one pass: each client's model is asked of
+        the strategy once (a model made on the client, e.g. fine-tuned before its
+        evaluation, is made once for the final validation and test scores). A strategy
+        that chooses on the client (:attr:`Strategy.evaluates_on_client`) may score the
+        global model and what :meth:`Strategy.client_evaluation_arrays` names on each
+        client's validation split: those scores come pooled (:class:`SharedScores`)."""
         if strategy.evaluates_on_client:
             for region in self.federation.regions:
                 members = [c.client_id for c in self.federation.clients_in(region)]
                 self.shared_scores.share(strategy.params, members)
                 for arrays in strategy.client_evaluation_arrays(region).values():
                     self.shared_scores.share(arrays, members)
+
+        def predict(client: ClientData) -> dict[str, Any]:
+            params = strategy.eval_params(client.client_id, client.region,
+                                          self.clients[client.client_id])
+            return {split: self.predict(params, client.split(split)) for split in splits}
+
         try:
-            return self.evaluate_with(
-                lambda c: strategy.eval_params(c.client_id, c.region,
-                                               self.clients[c.client_id]), split)
+            return self.evaluator.evaluate_splits(splits, predict)
         finally:
             self.shared_scores.clear()
 
@@ -654,7 +665,8 @@ class Simulator:
         try:
             if self.batching_mode(strategy).startswith("processes"):
                 self.client_processes()  # workers import torch while the first round runs
-            return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
+            return drive_rounds(strategy, self.training, one_round, self.evaluate_splits,
+                                on_round,
                                 ledger, first_round=first_round, history=history,
                                 after_round=after_round)
         finally:
@@ -663,7 +675,7 @@ class Simulator:
 
 def drive_rounds(strategy: Strategy, training: TrainingConfig,
                  one_round: Callable[[int], tuple[dict[str, Any], list[float]]],
-                 evaluate: Callable[[Strategy, str], dict[str, Any]],
+                 evaluate: Callable[[Strategy, tuple[str, ...]], dict[str, dict[str, Any]]],
                  on_round: RoundCallback | None = None,
                  ledger: PrivacyLedger | None = None, *, first_round: int = 1,
                  history: list[dict[str, Any]] | None = None,
@@ -683,6 +695,7 @@ def drive_rounds(strategy: Strategy, training: TrainingConfig,
     under DP, where it would send un-noised per-client scores to the server)."""
     history = [] if history is None else history
     budget = RoundBudget(training.target_epsilon, ledger, strategy)
+    test: dict[str, Any] | None = None
     for rnd in range(first_round, training.rounds + 1):
         if budget.exhausted_before(rnd, history):
             break
@@ -699,7 +712,12 @@ def drive_rounds(strategy: Strategy, training: TrainingConfig,
             log["train_loss"] = float(np.mean(losses))  # reply that does is not logged
         if validate_every_round and (rnd % training.eval_every == 0
                                      or rnd == training.rounds):
-            log["val"] = loggable(evaluate(strategy, "val"))
+            # the last round's validation and the test scores come from one pass: the
+            # strategy's models do not change between them
+            splits = ("val", "test") if rnd == training.rounds else ("val",)
+            scores = evaluate(strategy, splits)
+            log["val"] = loggable(scores["val"])
+            test = scores.get("test")
             if ledger is not None and ledger.is_private:
                 log["val_note"] = GROUND_TRUTH_NOTE
         history.append(log)
@@ -707,8 +725,9 @@ def drive_rounds(strategy: Strategy, training: TrainingConfig,
             on_round(log)
         if after_round is not None:
             after_round(rnd, history)
-    return FederatedRun(history, evaluate(strategy, "test"), strategy.params.clone(),
-                        regional_models(strategy))
+    if test is None:
+        test = evaluate(strategy, ("test",))["test"]
+    return FederatedRun(history, test, strategy.params.clone(), regional_models(strategy))
 
 
 #: the label of per-round validation scores in a DP run's log: computed by the simulator

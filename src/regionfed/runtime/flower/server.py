@@ -174,7 +174,7 @@ class FlowerDriver:
 
         # per-round validation sends every client's un-noised scores to the server: under
         # DP it is not done here (the final test scores are the run's reported result)
-        return drive_rounds(strategy, self.training, one_round, self.evaluate, on_round,
+        return drive_rounds(strategy, self.training, one_round, self.evaluate_splits, on_round,
                             ledger, validate_every_round=not strategy.dp.adds_noise)
 
     def _round(self, strategy: Strategy, rnd: int) -> tuple[dict[str, Any], list[float]]:
@@ -234,6 +234,11 @@ class FlowerDriver:
             else:
                 results.append(result)
         return results
+
+    def evaluate_splits(self, strategy: Strategy, splits: tuple[str, ...]
+                        ) -> dict[str, dict[str, Any]]:
+        """:meth:`evaluate` of each of ``splits`` (one message round each)."""
+        return {split: self.evaluate(strategy, split) for split in splits}
 
     def evaluate(self, strategy: Strategy, split: str) -> dict[str, Any]:
         """Every client scored on its own ``split`` with the parameters the strategy assigns
