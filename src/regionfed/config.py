@@ -110,6 +110,11 @@ class BaselinesConfig(BaseModel):
     apfl_adaptive: bool = True
     #: FedBABU's fine-tuning epochs before evaluation (Oh et al., 2022, §4.2)
     fedbabu_finetune_epochs: int = Field(1, ge=0)
+    #: FedAvg-FT: epochs each client fine-tunes the global model before it is evaluated,
+    #: and the standard errors by which the global model must beat the fine-tuned one on
+    #: the client's validation split (the rule of regionfed-plus's refreshed personal model)
+    fedavg_ft_epochs: int = Field(8, ge=1)
+    fedavg_ft_margin: float = Field(0.5, ge=0.0)
     #: FedRep's head epochs τ_h per round (Collins et al., 2021, Alg. 1)
     fedrep_head_epochs: int = Field(1, ge=1)
     #: FedTP: rank of the generated per-client Q/K/V deltas, hypernetwork sizes and step

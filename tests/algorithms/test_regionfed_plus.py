@@ -11,11 +11,7 @@ from helpers import QuadraticClient, run_rounds, two_region_quadratics
 
 from regionfed.algorithms.base import FederationView, ParameterBlock
 from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
-from regionfed.algorithms.regionfed.plus import (
-    RegionFedPlus,
-    choose_on_validation,
-    personal_anchor_weight,
-)
+from regionfed.algorithms.regionfed.plus import RegionFedPlus, personal_anchor_weight
 from regionfed.algorithms.regionfed.shrinkage import partition_blocks, shrinkage_factors
 from regionfed.errors import ConfigError
 from regionfed.privacy.ledger import PrivacyLedger
@@ -89,38 +85,6 @@ def test_a_small_tensor_with_regional_signal_keeps_its_offset_only_in_its_own_bl
         assert all(a[0] > 0.97 and a[1] < 0.05 for a in alpha.values())
     else:
         assert all(0.3 < a[0] < 0.6 for a in alpha.values())
-
-
-def test_a_client_picks_the_model_that_validates_best_on_its_own_split():
-    client = QuadraticClient("u", "a", 10, torch.zeros(2))
-    candidates = {"regional": torch.zeros(2), "global": torch.ones(2),
-                  "personal": 2 * torch.ones(2)}
-    client.score_ = [0.8, 0.5, 0.6]  # regional, global, personal: the personal is worse
-    assert choose_on_validation(candidates, client) == "regional"
-    client.score_ = [0.6, 0.5, 0.9]
-    assert choose_on_validation(candidates, client) == "personal"
-    client.score_ = [0.7, 0.7, 0.7]  # ties go to the regional model
-    assert choose_on_validation(candidates, client) == "regional"
-    client.score_ = [0.7, 0.7, 0.7]  # … or to the first of another order
-    assert choose_on_validation(candidates, client,
-                                order=("personal", "regional", "global")) == "personal"
-
-
-def test_with_a_margin_a_challenger_must_beat_the_regional_model_by_standard_errors():
-    """10 validation examples, regional score 0.6: one standard error is √(0.24/10) ≈ 0.155,
-    so a personal model at 0.7 (one lucky example) does not displace it; one at 0.8 does,
-    and of two challengers past the bar the better one wins."""
-    client = QuadraticClient("u", "a", 10, torch.zeros(2))
-    candidates = {"regional": torch.zeros(2), "global": torch.ones(2),
-                  "personal": 2 * torch.ones(2)}
-    client.score_ = [0.6, 0.5, 0.7]
-    assert choose_on_validation(candidates, client, margin=1.0) == "regional"
-    client.score_ = [0.6, 0.5, 0.7]
-    assert choose_on_validation(candidates, client, margin=0.0) == "personal"
-    client.score_ = [0.6, 0.5, 0.8]
-    assert choose_on_validation(candidates, client, margin=1.0) == "personal"
-    client.score_ = [0.6, 0.9, 0.8]
-    assert choose_on_validation(candidates, client, margin=1.0) == "global"
 
 
 def test_the_diagnostics_count_each_regions_choices_at_the_last_evaluation():

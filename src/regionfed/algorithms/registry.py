@@ -16,6 +16,7 @@ from regionfed.algorithms.apfl import APFL
 from regionfed.algorithms.base import Strategy
 from regionfed.algorithms.ditto import Ditto
 from regionfed.algorithms.fedavg import FedAvg
+from regionfed.algorithms.fedavg_ft import FedAvgFT
 from regionfed.algorithms.fedbabu import FedBABU
 from regionfed.algorithms.fedprox import FedProx
 from regionfed.algorithms.fedrep import FedRep
@@ -65,7 +66,8 @@ class MethodSpec:
 #: pool_order`), so that the last one to finish does not run alone for long.
 RELATIVE_COST = {
     "majority": 0.0, "centralized": 0.9, "centralized-rw": 0.9, "local": 1.0,
-    "fedavg": 1.0, "fedprox": 1.1, "scaffold": 1.2, "pfedme": 1.5, "ditto": 2.0, "apfl": 2.0,
+    "fedavg": 1.0, "fedavg-ft": 1.6, "fedprox": 1.1, "scaffold": 1.2, "pfedme": 1.5,
+    "ditto": 2.0, "apfl": 2.0,
     "fedbabu": 1.1, "fedrep": 1.2, "fedtp": 1.2, "region-fedavg": 1.15,
     "regionfed-grad": 1.5, "regionfed-interp": 2.5, "regionfed-meta": 2.1,
     "regionfed-dynamic": 1.5, "regionfed-ensemble": 5.0, "regionfed-persist": 1.5,
@@ -90,6 +92,13 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("local", "federated",
                    "each client trains alone; evaluated on its own test data", LocalOnly),
         MethodSpec("fedavg", "federated", "FedAvg (McMahan et al., 2017)", FedAvg),
+        MethodSpec("fedavg-ft", "federated",
+                   "FedAvg, then each client fine-tunes the global model on its own data "
+                   "before evaluation and keeps it unless the global model validates better "
+                   "(local adaptation, Yu et al., 2020)", FedAvgFT, options=lambda config: {
+                       "finetune_epochs": config.baselines.fedavg_ft_epochs,
+                       "choice_margin": config.baselines.fedavg_ft_margin},
+                   key_hyperparameter="baselines.fedavg_ft_epochs"),
         MethodSpec("fedprox", "federated",
                    "FedProx (Li et al., 2020): FedAvg with a proximal term μ/2‖w − w^t‖²",
                    FedProx, options=lambda config: {"mu": config.baselines.fedprox_mu},

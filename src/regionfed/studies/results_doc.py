@@ -24,7 +24,7 @@ from regionfed.studies.registry import STUDIES
 CLAIMS_FILE = Path(__file__).with_name("paper_claims.yaml")
 REGIONFED = ("regionfed-plus", "regionfed-grad", "regionfed-interp", "regionfed-meta",
              "regionfed-dynamic", "regionfed-ensemble", "regionfed-persist")
-PERSONALIZED = ("local", "ditto", "pfedme", "apfl", "fedbabu", "fedrep", "fedtp")
+PERSONALIZED = ("local", "fedavg-ft", "ditto", "pfedme", "apfl", "fedbabu", "fedrep", "fedtp")
 #: studies whose variants run along one axis, mildest first → what the drop from the first
 #: variant to the last measures
 AXES = {"heterogeneity": 'label skew; paper Table 2 "Deg."',

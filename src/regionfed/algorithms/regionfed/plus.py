@@ -51,6 +51,7 @@ from regionfed.algorithms.base import (
     TrainInstruction,
 )
 from regionfed.algorithms.fedprox import proximal_term
+from regionfed.algorithms.on_device import choice_counts, choose_on_validation
 from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
 from regionfed.algorithms.regionfed.golden_section import search_regions_on_validation
 from regionfed.algorithms.regionfed.shrinkage import partition_blocks, shrinkage_factors
@@ -281,12 +282,7 @@ class RegionFedPlus(Strategy):
 
     def evaluation_diagnostics(self) -> dict[str, Any]:
         """Per region, how many clients were last evaluated with each candidate."""
-        if not self.choices:
-            return {}
-        counts = {r: dict.fromkeys(CANDIDATES, 0) for r in self.view.regions}
-        for client_id, choice in self.choices.items():
-            counts[self.view.client_region[client_id]][choice] += 1
-        return {"choices": counts}
+        return choice_counts(self.choices, self.view, CANDIDATES)
 
     def served_regional_params(self, region: str) -> torch.Tensor:
         """θ_r: sent as every sampled client's training start, whichever model a client
@@ -313,28 +309,3 @@ def personal_anchor_weight(lam: float, personal: torch.Tensor, anchor: torch.Ten
         score_sum, count = client.validation_score(params)
         scores[name] = score_sum / count if count else 0.0
     return lam if scores["anchor"] >= scores["personal"] else 0.0
-
-
-def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientContext,
-                         margin: float = 0.0, order: tuple[str, ...] = CANDIDATES) -> str:
-    """The candidate with the best validation score on the client's own split, where any
-    candidate other than the first of ``order`` present (the default; ``regional`` unless
-    said otherwise) must beat the default's score s₀ by ``margin`` standard errors
-    √(s₀(1 − s₀)/n) of it (ties: ``order``); the default when the client has no validation
-    data."""
-    default, *challengers = [name for name in order if name in candidates]
-    score_sum, count = client.validation_score(candidates[default])
-    if not count:
-        return default
-    scores = {default: score_sum / count}
-    for name in challengers:
-        score_sum, _ = client.validation_score(candidates[name])
-        scores[name] = score_sum / count
-    s0 = min(max(scores[default], 0.0), 1.0)
-    bar = scores[default] + margin * float(np.sqrt(s0 * (1.0 - s0) / count))
-    best = default
-    for name in challengers:
-        beats_default = scores[name] > scores[default] and scores[name] >= bar
-        if beats_default and (best == default or scores[name] > scores[best]):
-            best = name
-    return best
