@@ -89,7 +89,8 @@ def test_a_small_tensor_with_regional_signal_keeps_its_offset_only_in_its_own_bl
 
 def test_the_diagnostics_count_each_regions_choices_at_the_last_evaluation():
     clients, view = _shifted()
-    strategy = RegionFedPlus(RegionFedPlusConfig(), server_lr=1.0)
+    # the stale personal model (no refresh): the regional model is the choice's default
+    strategy = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=0), server_lr=1.0)
     assert strategy.evaluation_diagnostics() == {}  # nothing evaluated yet
     run_rounds(strategy, clients, view, rounds=1)
     picks = {"a/0": [0.2, 0.9, 0.1], "a/1": [0.9, 0.1, 0.1],  # regional, global, personal
@@ -128,9 +129,11 @@ def test_a_refreshed_personal_candidate_is_trained_from_the_served_model_and_not
     run_rounds(anchored, clients, view, rounds=1)
     near = anchored.personal_candidate(served, client)
     assert float((near - served).norm()) < float((want - served).norm())
-    # off (the default): the personal model last trained when the client was sampled
+    # off: the personal model last trained when the client was sampled
     client.state["personal"] = stale  # (the second strategy's round trained a new one)
-    assert RegionFedPlus(RegionFedPlusConfig()).personal_candidate(served, client) is stale
+    off = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=0))
+    assert off.personal_candidate(served, client) is stale
+    assert RegionFedPlusConfig().personal_refresh_epochs == 8  # on by default
 
 
 def test_a_personal_model_is_anchored_only_on_a_regional_model_that_validates_as_well():
@@ -323,6 +326,8 @@ def test_bad_settings_are_config_errors():
         RegionFedPlusConfig(personal_refresh_epochs=-1)
     with pytest.raises(ValueError, match="two_level"):
         RegionFedPlusConfig(personal_refresh_epochs=2, two_level=False)
+    # the default refresh is simply inactive without two-level personalization
+    assert not RegionFedPlusConfig(two_level=False).two_level
     clients, view = _shifted()
     from regionfed.errors import MethodNotApplicableError
 

@@ -188,7 +188,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("privacy-large", "Privacy–utility in a large federation", "Table 19; docs/privacy.md",
           "whether DP becomes cheap when each round averages many clients (8 regions × "
           "1,000 clients, q = 0.1: ~100 clients per region per round instead of 5)",
-          ("fedavg", "regionfed-grad", "regionfed-plus"), _privacy(sample_rate=0.1),
+          ("fedavg", "fedavg-ft", "regionfed-grad", "regionfed-plus"),
+          _privacy(sample_rate=0.1),
           reduced=LARGE_FEDERATION, seeds=2,
           full={**LARGE_FEDERATION, "training.rounds": 50}, full_seeds=3),
     Study("local-epochs", "Local epochs", "Appendix F.1",
