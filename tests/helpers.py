@@ -43,7 +43,7 @@ class QuadraticClient:
     val_target: torch.Tensor | None = None  # validation optimum (default: ``target``)
 
     def train(self, start, *, epochs=None, extra_loss=None, stream="main", trainable=None,
-              mixing=None, max_steps=None):
+              mixing=None, max_steps=None, repeatable=False):
         scale, offset = mixing if mixing is not None else (1.0, torch.zeros_like(start))
         theta = start.clone()
         total = self.steps * (epochs or 1)

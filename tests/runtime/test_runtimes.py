@@ -50,3 +50,30 @@ def test_strategy_hooks_reach_the_runs_test_record(tiny_federation, tiny_task):
     choices = trained.test["diagnostics"]["choices"]
     assert set(choices) == set(tiny_federation.regions)
     assert sum(sum(c.values()) for c in choices.values()) == len(tiny_federation.clients)
+
+
+def test_a_finished_run_frees_its_clients_private_state_without_a_garbage_collection(
+        tiny_federation, tiny_task, monkeypatch):
+    """A client refers to its simulator: a finished simulator and its clients are a cycle
+    that would keep every personal model of one seed alive into the next seed's run."""
+    import gc
+    import weakref
+
+    from regionfed.runtime import simulator as simulator_module
+
+    clients = []
+    init = simulator_module.Simulator.__init__
+
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        clients.extend(weakref.ref(c) for c in self.clients.values())
+
+    monkeypatch.setattr(simulator_module.Simulator, "__init__", recording_init)
+    runtime = runtime_for(build_config(SMALL), tiny_federation, tiny_task,
+                          FederationEvaluator(tiny_task, tiny_federation))
+    gc.disable()
+    try:
+        runtime.run("ditto", 0)  # a personal model on every client
+        assert clients and all(ref() is None for ref in clients)
+    finally:
+        gc.enable()

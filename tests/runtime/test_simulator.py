@@ -49,6 +49,19 @@ def test_the_last_validation_and_the_test_scores_ask_each_clients_model_once(
     assert run.test["overall"] == sim.evaluate(strategy, "test")["overall"]
 
 
+def test_a_repeatable_stream_draws_its_first_batches_every_time(tiny_federation, tiny_task):
+    sim = Simulator(tiny_federation, tiny_task, FAST, seed=0)
+    client = next(iter(sim.clients.values()))
+    start = get_flat(sim.model)
+    first, _ = client.train(start, stream="s", repeatable=True)
+    again, _ = client.train(start, stream="s", repeatable=True)
+    counted, _ = client.train(start, stream="s")  # the repeatable calls were not counted
+    moved, _ = client.train(start, stream="s")
+    assert torch.equal(first, again) and torch.equal(first, counted)
+    assert not torch.equal(first, moved)
+    assert client.train_calls == {"s": 2}
+
+
 def test_fedavg_with_one_client_is_local_training(tiny_task):
     one = generate_esci_synth(num_queries=120, num_regions=1, clients_per_region=1,
                               vocab_size=1000, seed=3)

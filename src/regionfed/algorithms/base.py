@@ -177,14 +177,17 @@ class ClientContext(Protocol):
               extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None,
               stream: str = "main", trainable: torch.Tensor | None = None,
               mixing: tuple[float, torch.Tensor] | None = None,
-              max_steps: int | None = None) -> tuple[torch.Tensor, float]:
+              max_steps: int | None = None, repeatable: bool = False
+              ) -> tuple[torch.Tensor, float]:
         """Local training from ``start`` (loss + ``extra_loss(model)`` if given); returns
         (new params, mean training loss). An ``extra_loss`` that is a :class:`Proximal`
         lets the in-process runtime train this call batched with other clients' calls.
         ``stream`` names the shuffling stream, so a second model trained on the device
-        draws its own batches. ``trainable`` (bool mask) freezes the other entries bit for
-        bit; ``mixing = (a, b)`` trains θ of a model that computes with ``a·θ + b``;
-        ``max_steps`` caps the optimizer steps."""
+        draws its own batches; ``repeatable`` draws the stream's first batches at every
+        call (training at evaluation that is not kept: the same start gives the same model
+        however often, and on whichever runtime, the client was evaluated). ``trainable``
+        (bool mask) freezes the other entries bit for bit; ``mixing = (a, b)`` trains θ of
+        a model that computes with ``a·θ + b``; ``max_steps`` caps the optimizer steps."""
 
     def steps_per_epoch(self) -> int:
         """Optimizer steps of one local epoch (⌈n / batch size⌉)."""

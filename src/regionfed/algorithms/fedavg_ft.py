@@ -49,7 +49,7 @@ class FedAvgFT(FedAvg):
         if client is None:
             return self.params
         tuned, _ = client.train(self.params, epochs=self.finetune_epochs,
-                                stream=FINETUNE_STREAM)
+                                stream=FINETUNE_STREAM, repeatable=True)
         candidates = {"finetuned": tuned, "global": self.params}
         choice = choose_on_validation(candidates, client, self.choice_margin, ORDER)
         self.choices[client_id] = choice

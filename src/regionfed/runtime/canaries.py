@@ -51,7 +51,8 @@ class CanaryClient:
               extra_loss: Callable[[nn.Module], torch.Tensor] | None = None,
               stream: str = "main", trainable: torch.Tensor | None = None,
               mixing: tuple[float, torch.Tensor] | None = None,
-              max_steps: int | None = None) -> tuple[torch.Tensor, float]:
+              max_steps: int | None = None, repeatable: bool = False
+              ) -> tuple[torch.Tensor, float]:
         return start - self.step.to(start.dtype), 0.0
 
     def steps_per_epoch(self) -> int:

@@ -69,6 +69,7 @@ class InProcessRuntime(Runtime):
             test = {**test, "diagnostics": diagnostics}
         if (stage := simulator.user_level_stage(strategy, test)) is not None:
             test = {**test, "user_personalization": stage}
+        simulator.release_clients()
         return RuntimeRun(run, test, ledger.to_dict())
 
 

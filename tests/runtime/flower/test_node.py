@@ -114,7 +114,12 @@ def test_a_two_level_client_on_its_node_chooses_with_the_regional_model_it_was_s
     from regionfed.runtime.flower.node import evaluation_counts, score_counts
     from regionfed.runtime.params import get_flat
 
-    node = build_node({**RUN, "method": "regionfed-plus"}, {"partition-id": 1})
+    # the personal model as last trained (no refresh from the regional model before the
+    # evaluation): the regional model is the choice's default
+    stale = CONFIG.model_copy(update={"regionfed_plus": CONFIG.regionfed_plus.model_copy(
+        update={"personal_refresh_epochs": 0})})
+    node = build_node({**RUN, "regionfed-config": stale.to_yaml(), "method": "regionfed-plus"},
+                      {"partition-id": 1})
     start = get_flat(node.task.build_model(0))
     trained, _ = node.client.train(start, epochs=2)
     state = RecordDict()

@@ -277,6 +277,7 @@ class RegionFedPlus(Strategy):
             return client.state.get("personal", regional)
         lam = self.config.personal_lambda
         refreshed, _ = client.train(regional, epochs=epochs, stream=REFRESH_STREAM,
+                                    repeatable=True,
                                     extra_loss=proximal_term(regional, lam) if lam > 0 else None)
         return refreshed
 
