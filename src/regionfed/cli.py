@@ -63,6 +63,9 @@ EXAMPLES = """examples:
       # noise from OS entropy; privacy.json lists every accounted release and 'unaccounted'
   regionfed run --methods regionfed-grad --dp-sigma 4 --set dp.noise_seed=1   # test noise:
       # reproducible, and labelled "deterministic noise — not private" wherever ε appears
+  regionfed run --methods fedavg-ft,regionfed-plus --dp-sigma 1 --dp-clip 1
+      # both fine-tune on each client before evaluation (fedavg-ft from the global model,
+      # regionfed-plus from the regional one): their gap is what the regions add
   regionfed run --resume runs/default             # finish an interrupted run
   regionfed run --jobs 1                          # one process (default: one per free core)
   regionfed run --methods fedavg --set training.client_batching=processes

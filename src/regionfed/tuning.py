@@ -23,6 +23,7 @@ DEFAULT_GRIDS: dict[str, list[Any]] = {
     "baselines.ditto_lambda": [0.1, 1.0],
     "baselines.apfl_alpha": [0.25, 0.5],
     "baselines.fedbabu_finetune_epochs": [1, 2],
+    "baselines.fedavg_ft_epochs": [3, 8],
     "baselines.fedrep_head_epochs": [1, 2],
     "baselines.pfedme_lambda": [1.0, 15.0],  # η = 1/λ unless baselines.pfedme_eta is set
     "baselines.fedtp_rank": [2, 8],

@@ -9,6 +9,7 @@ from regionfed.config import build_config
 from regionfed.errors import MethodNotApplicableError
 from regionfed.experiment import run_method
 from regionfed.runtime.evaluation import FederationEvaluator
+from regionfed.tuning import DEFAULT_GRIDS
 
 FEDERATED = [m for m, spec in METHODS.items() if spec.kind == "federated"]
 SMALL = {"training": {"rounds": 1, "eval_every": 1},
@@ -42,4 +43,5 @@ def test_key_hyperparameters_are_real_config_keys():
         if spec.key_hyperparameter:
             section, key = spec.key_hyperparameter.split(".")
             assert key in config[section], name
+            assert spec.key_hyperparameter in DEFAULT_GRIDS, name  # fair tuning searches it
     assert get_method("fedprox").key_hyperparameter == "baselines.fedprox_mu"
