@@ -72,6 +72,22 @@ def test_fedbabu_head_is_bit_identical_during_real_rounds_even_with_dp(tiny_fede
     assert not torch.equal(tuned[head], init[head])
 
 
+def test_fedbabu_fine_tunes_to_the_same_model_however_often_a_client_is_evaluated(
+        tiny_federation, tiny_task):
+    """Flower evaluates validation and test in separate message rounds, on a node that may
+    not keep the cached model: the fine-tuning must not depend on how often it ran."""
+    strategy = FedBABU(finetune_epochs=1)
+    strategy.params = get_flat(tiny_task.build_model(0))
+    client = tiny_federation.clients[0]
+    sim_client = Simulator(tiny_federation, tiny_task, TRAINING, seed=0).clients[
+        client.client_id]
+    first = strategy.eval_params(client.client_id, client.region, sim_client)
+    sim_client.state.clear()  # a node that did not keep it
+    again = strategy.eval_params(client.client_id, client.region, sim_client)
+    assert not torch.equal(first, strategy.params)
+    assert torch.equal(first, again)
+
+
 def test_fedrep_keeps_the_server_head_and_personal_heads_on_devices(tiny_federation,
                                                                     tiny_task):
     init = get_flat(tiny_task.build_model(0))

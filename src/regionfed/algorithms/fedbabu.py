@@ -48,6 +48,6 @@ class FedBABU(SharedBodyStrategy):
         cached = client.state.get("finetuned")
         if cached is None or cached[0] != self.version:
             tuned, _ = client.train(self.params, epochs=self.finetune_epochs,
-                                    stream=FINETUNE_STREAM)
+                                    stream=FINETUNE_STREAM, repeatable=True)
             cached = client.state["finetuned"] = (self.version, tuned)
         return cached[1]
