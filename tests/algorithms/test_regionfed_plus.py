@@ -103,36 +103,45 @@ def test_the_diagnostics_count_each_regions_choices_at_the_last_evaluation():
         "b": {"regional": 0, "global": 0, "personal": 2}}}
 
 
-def test_a_refreshed_personal_candidate_is_trained_from_the_served_model_and_not_kept():
+def test_a_refreshed_candidate_is_trained_from_the_served_model_and_not_kept():
     """Quadratic client (target t, 1 step of lr 0.5 an epoch): 3 epochs from θ_r land at
-    θ_r + (1 − 0.5³)(t − θ_r); the stale personal model is neither used nor changed."""
+    θ_r + (1 − 0.5³)(t − θ_r); the kept personal model stays a candidate, unchanged."""
     clients, view = _shifted()
     strategy = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
                                                  personal_lambda=0.0), server_lr=1.0)
     run_rounds(strategy, clients, view, rounds=1)
     client = clients["a/0"]
-    stale = torch.tensor([-5.0, -5.0])
-    client.state["personal"] = stale
+    kept = torch.tensor([-5.0, -5.0])
+    client.state["personal"] = kept
     served = strategy.regional_params("a")
     want = served + (1 - 0.5 ** 3) * (client.target - served)
-    assert torch.allclose(strategy.personal_candidate(served, client), want)
-    # refreshed, the personal model is the choice's default: scores are read personal,
-    # regional, global; one standard error at 0.5 on 10 examples is ≈ 0.158, the margin 0.5
-    client.score_ = [0.5, 0.55, 0.4]  # the regional model ahead by less than the margin
+    assert torch.allclose(strategy.refreshed_candidate(served, client), want)
+    # the refreshed model is the choice's default: scores are read refreshed, regional,
+    # global, personal; one standard error at 0.5 on 10 examples is ≈ 0.158, the margin 0.5
+    client.score_ = [0.5, 0.55, 0.4, 0.55]  # others ahead by less than the margin
     assert torch.allclose(strategy.eval_params("a/0", "a", client), want)
-    client.score_ = [0.5, 0.6, 0.4]  # ahead by more: the regional model
+    client.score_ = [0.5, 0.6, 0.4, 0.55]  # the regional model ahead by more
     assert torch.equal(strategy.eval_params("a/0", "a", client), served)
-    assert client.state["personal"] is stale
+    # a served model so poor that a few epochs from it stay far below the personal model
+    # trained over many rounds (small regions under DP): the kept one
+    client.score_ = [0.3, 0.2, 0.2, 0.8]
+    assert strategy.eval_params("a/0", "a", client) is kept
+    assert strategy.evaluation_diagnostics()["choices"]["a"] == \
+        {"refreshed": 0, "regional": 0, "global": 0, "personal": 1}
+    assert client.state["personal"] is kept
     # the proximal term of the personal objective holds it nearer θ_r
     anchored = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
                                                  personal_lambda=1.0), server_lr=1.0)
     run_rounds(anchored, clients, view, rounds=1)
-    near = anchored.personal_candidate(served, client)
+    near = anchored.refreshed_candidate(served, client)
     assert float((near - served).norm()) < float((want - served).norm())
-    # off: the personal model last trained when the client was sampled
-    client.state["personal"] = stale  # (the second strategy's round trained a new one)
+    # off: global, regional and the personal model last trained when the client was sampled
+    client.state["personal"] = kept  # (the second strategy's round trained a new one)
     off = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=0))
-    assert off.personal_candidate(served, client) is stale
+    run_rounds(off, clients, view, rounds=1)
+    client.state["personal"] = kept
+    client.score_ = [0.5, 0.4, 0.9]
+    assert off.eval_params("a/0", "a", client) is kept
     assert RegionFedPlusConfig().personal_refresh_epochs == 8  # on by default
 
 

@@ -160,7 +160,7 @@ def _sensitivity() -> tuple[Variant, ...]:
 STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("heterogeneity", "Robustness to heterogeneity", "Table 2 and Table 11",
           "how each method holds up as clients' data get more skewed (Dirichlet α_D)",
-          (*CORE_METHODS, "local", "regionfed-plus"),
+          (*CORE_METHODS, "local", "fedavg-ft", "regionfed-plus"),
           tuple(Variant(f"α_D={a}", {"data.alpha_d": a}) for a in (1.0, 0.3, 0.1))),
     Study("regions", "Scale in the number of regions", "Table 12",
           "whether RegionFed's gain survives 4, 8 and 16 regions",
@@ -185,7 +185,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("privacy", "Privacy–utility", "Table 19",
           "what user-level DP costs at each σ, with ε from the ledger",
           ("fedavg", "local", "ditto", "region-fedavg", "regionfed-grad", "regionfed-meta",
-           "regionfed-plus"),
+           "fedavg-ft", "regionfed-plus"),
           _privacy(sample_rate=0.5)),
     Study("privacy-large", "Privacy–utility in a large federation", "Table 19; docs/privacy.md",
           "whether DP becomes cheap when each round averages many clients (8 regions × "

@@ -103,11 +103,12 @@ class RegionFedPlusConfig(BaseModel):
     two_level: bool = True
     #: λ of the personal objective F_u(v) + (λ/2)‖v − θ_r‖² (Ditto's, anchored on θ_r)
     personal_lambda: float = Field(0.1, ge=0.0)
-    #: before a client is evaluated, fine-tune its personal candidate from the model it is
+    #: before a client is evaluated, fine-tune a fourth candidate from the model it is
     #: served (θ_r) for this many local epochs on its own training split (the personal
-    #: objective, proximal term towards θ_r included) instead of using the personal model
-    #: last trained when it was sampled — stale after ~1/q rounds — and make it the
-    #: choice's default (the regional or global model must beat it by ``choice_margin``).
+    #: objective, proximal term towards θ_r included) — the personal model last trained
+    #: when the client was sampled is stale after ~1/q rounds — and make it the choice's
+    #: default (the regional, global or kept personal model must beat it by
+    #: ``choice_margin``; the kept one wins where the served model is poor).
     #: On-device: no privacy cost, no change to training (the refreshed model is not
     #: kept). 0: off. Chosen on validation among {0, 3, 8} in the 8 × 1,000 federation at
     #: σ = 1 (docs/baselines.md); inactive without ``two_level``

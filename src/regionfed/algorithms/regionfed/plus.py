@@ -30,9 +30,11 @@ the device (starting from the public initial model, which round 1 hands every cl
 with λ = 0 while θ_r validates worse than v_u on the client's own split, so a
 noisy regional model does not drag the personal one down; the client is evaluated with
 whichever of global, regional and personal scores best on its own validation split
-(nothing leaves the device, no privacy cost). With ``personal_refresh_epochs`` the personal
-candidate is fine-tuned from the served θ_r just before the evaluation instead (a sampled
-client's personal model is otherwise ~1/q rounds old) and is the choice's default. Every switch is a
+(nothing leaves the device, no privacy cost). With ``personal_refresh_epochs`` a fourth
+candidate is fine-tuned from the served θ_r just before the evaluation (a sampled client's
+personal model is otherwise ~1/q rounds old) and is the choice's default; the kept personal
+model stays a candidate (where the served model is poor — small regions under DP — the one
+trained over many rounds is far better than a few epochs from θ_r). Every switch is a
 setting of :class:`~regionfed.algorithms.regionfed.config.RegionFedPlusConfig`.
 """
 
@@ -66,8 +68,8 @@ REFRESH_STREAM = "plus-personal-refresh"
 PERSONAL_INIT = "personal_init"
 #: the order in which a client's candidates win ties on validation
 CANDIDATES = ("regional", "global", "personal")
-#: the choice's order when the personal candidate is refreshed: it is the default
-REFRESHED_ORDER = ("personal", "regional", "global")
+#: the choice's order with a refreshed candidate: it is the default
+REFRESHED_ORDER = ("refreshed", "regional", "global", "personal")
 #: bracket width at which the search for a region's offset scale ρ_r stops (paper Alg. 3's)
 SCALE_TOLERANCE = 0.01
 
@@ -260,30 +262,32 @@ class RegionFedPlus(Strategy):
         if client is None or not self.config.two_level:
             return regional
         candidates = {"regional": regional, "global": self.params,
-                      "personal": self.personal_candidate(regional, client)}
-        # a personal model just fine-tuned from θ_r on the client's own data is the default
-        # (expected at least as good as θ_r there); a stale one must prove itself
-        order = REFRESHED_ORDER if self.config.personal_refresh_epochs else CANDIDATES
+                      "personal": client.state.get("personal", regional)}
+        order = CANDIDATES
+        if self.config.personal_refresh_epochs:
+            # a model just fine-tuned from θ_r on the client's own data is the default
+            # (expected at least as good as θ_r there); the others must prove themselves
+            candidates["refreshed"] = self.refreshed_candidate(regional, client)
+            order = REFRESHED_ORDER
         choice = choose_on_validation(candidates, client, self.config.choice_margin, order)
         self.choices[client_id] = choice
         return candidates[choice]
 
-    def personal_candidate(self, regional: torch.Tensor, client: ClientContext
-                           ) -> torch.Tensor:
-        """The client's personal model; with ``personal_refresh_epochs``, one fine-tuned
-        from the served θ_r on F_u(v) + (λ/2)‖v − θ_r‖² for that many epochs (not kept)."""
-        epochs = self.config.personal_refresh_epochs
-        if not epochs:
-            return client.state.get("personal", regional)
+    def refreshed_candidate(self, regional: torch.Tensor, client: ClientContext
+                            ) -> torch.Tensor:
+        """A model fine-tuned from the served θ_r on the personal objective
+        F_u(v) + (λ/2)‖v − θ_r‖² for ``personal_refresh_epochs`` epochs (not kept)."""
         lam = self.config.personal_lambda
-        refreshed, _ = client.train(regional, epochs=epochs, stream=REFRESH_STREAM,
+        refreshed, _ = client.train(regional, epochs=self.config.personal_refresh_epochs,
+                                    stream=REFRESH_STREAM,
                                     repeatable=True,
                                     extra_loss=proximal_term(regional, lam) if lam > 0 else None)
         return refreshed
 
     def evaluation_diagnostics(self) -> dict[str, Any]:
         """Per region, how many clients were last evaluated with each candidate."""
-        return choice_counts(self.choices, self.view, CANDIDATES)
+        return choice_counts(self.choices, self.view, REFRESHED_ORDER
+                             if self.config.personal_refresh_epochs else CANDIDATES)
 
     def served_regional_params(self, region: str) -> torch.Tensor:
         """θ_r: sent as every sampled client's training start, whichever model a client
