@@ -109,16 +109,14 @@ def _ablation() -> tuple[Variant, ...]:
 
 def _plus_ablation() -> tuple[Variant, ...]:
     """regionfed-plus's switches (issue 26): without DP each of shrinkage, two-level
-    personalization, the refresh of the personal candidate at evaluation, the validated
-    offset scale, the margin of a client's model choice and a head-only regional part taken
-    away or changed; under DP
+    personalization, the validated offset scale, the margin of a client's model choice and
+    a head-only regional part taken away or changed; under DP
     (σ = 1, q = 0.5) the share f of the budget given to the regional releases."""
     dp = {"dp.mode": "user", "dp.sigma": 1.0, "dp.clip": 1.0, "training.sample_rate": 0.5}
     off = {"shrinkage": False, "two_level": False}
     variants = [Variant("plus", {})]
     variants += [Variant(f"no {name.replace('_', '-')}", {f"regionfed_plus.{name}": False})
                  for name in off]
-    variants += [Variant("no refresh", {"regionfed_plus.personal_refresh_epochs": 0})]
     variants += [Variant("no validation scale", {"regionfed_plus.validation_scale": False})]
     variants += [Variant("no shrinkage, no two-level",
                          {f"regionfed_plus.{k}": v for k, v in off.items()}),
@@ -185,7 +183,7 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
     Study("privacy", "Privacy–utility", "Table 19",
           "what user-level DP costs at each σ, with ε from the ledger",
           ("fedavg", "local", "ditto", "region-fedavg", "regionfed-grad", "regionfed-meta",
-           "fedavg-ft", "regionfed-plus"),
+           "regionfed-plus"),
           _privacy(sample_rate=0.5)),
     Study("privacy-large", "Privacy–utility in a large federation", "Table 19; docs/privacy.md",
           "whether DP becomes cheap when each round averages many clients (8 regions × "
