@@ -79,7 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     rows.sort(key=lambda r: order[r["variant"]])  # the study's own row order
     record["rows"] = rows
     record["run_seconds"] = run_seconds(rows)
-    record.setdefault("reruns", []).append({
+    # an earlier rerun of this method keeps only the variants this one did not replace
+    reruns = []
+    for entry in record.get("reruns", []):
+        if entry["method"] == args.method:
+            entry = {**entry, "variants": [v for v in entry["variants"] if v not in merged]}
+        if entry["variants"]:
+            reruns.append(entry)
+    record["reruns"] = reruns
+    record["reruns"].append({
         "method": args.method, "variants": merged, "commit": args.commit,
         "command": f"regionfed run --config {args.study_folder}/<variant>/config.yaml "
                    f"--methods {args.method}"})

@@ -287,3 +287,9 @@ def test_a_rerun_of_one_method_replaces_its_rows_and_is_disclosed(studies, tmp_p
     doc = tmp_path / "results.md"
     assert main(["report", "--results-doc", str(doc), str(published)]) == 0
     assert "Rerun: regionfed-plus at α_D=1.0, trained by commit abc1234" in doc.read_text()
+    # a later rerun of the same variant supersedes the earlier one's disclosure
+    assert load_script("experiments/rerun_method.py").main(
+        [str(published), "regionfed-plus", str(rerun), "--commit", "def5678"]) == 0
+    reruns = json.loads((published / "study.json").read_text())["reruns"]
+    assert [(r["method"], r["variants"], r["commit"]) for r in reruns] == \
+        [("regionfed-plus", ["α_D=1.0"], "def5678")]
