@@ -263,13 +263,12 @@ class RegionFedPlus(Strategy):
             return regional
         candidates = {"regional": regional, "global": self.params,
                       "personal": client.state.get("personal", regional)}
-        order = CANDIDATES
         if self.config.personal_refresh_epochs:
             # a model just fine-tuned from θ_r on the client's own data is the default
             # (expected at least as good as θ_r there); the others must prove themselves
             candidates["refreshed"] = self.refreshed_candidate(regional, client)
-            order = REFRESHED_ORDER
-        choice = choose_on_validation(candidates, client, self.config.choice_margin, order)
+        choice = choose_on_validation(candidates, client, self.config.choice_margin,
+                                      self.choice_order)
         self.choices[client_id] = choice
         return candidates[choice]
 
@@ -279,15 +278,18 @@ class RegionFedPlus(Strategy):
         F_u(v) + (λ/2)‖v − θ_r‖² for ``personal_refresh_epochs`` epochs (not kept)."""
         lam = self.config.personal_lambda
         refreshed, _ = client.train(regional, epochs=self.config.personal_refresh_epochs,
-                                    stream=REFRESH_STREAM,
-                                    repeatable=True,
+                                    stream=REFRESH_STREAM, repeatable=True,
                                     extra_loss=proximal_term(regional, lam) if lam > 0 else None)
         return refreshed
 
+    @property
+    def choice_order(self) -> tuple[str, ...]:
+        """A client's candidates, the choice's default first."""
+        return REFRESHED_ORDER if self.config.personal_refresh_epochs else CANDIDATES
+
     def evaluation_diagnostics(self) -> dict[str, Any]:
         """Per region, how many clients were last evaluated with each candidate."""
-        return choice_counts(self.choices, self.view, REFRESHED_ORDER
-                             if self.config.personal_refresh_epochs else CANDIDATES)
+        return choice_counts(self.choices, self.view, self.choice_order)
 
     def served_regional_params(self, region: str) -> torch.Tensor:
         """θ_r: sent as every sampled client's training start, whichever model a client
