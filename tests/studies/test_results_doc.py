@@ -293,3 +293,31 @@ def test_a_rerun_of_one_method_replaces_its_rows_and_is_disclosed(studies, tmp_p
     reruns = json.loads((published / "study.json").read_text())["reruns"]
     assert [(r["method"], r["variants"], r["commit"]) for r in reruns] == \
         [("regionfed-plus", ["α_D=1.0"], "def5678")]
+
+
+def test_plus_table_rows_are_read_from_the_study_folders(tmp_path):
+    """experiments/plus_table.py (docs/baselines.md's "Measured" table): plus's cell is bold
+    only when no other method's mean is higher, and the last column is the worst region's
+    gap to fedavg's model of that region (mean over seeds, points)."""
+    from helpers import load_script
+
+    table = load_script("experiments/plus_table.py")
+
+    def entry(overall, regions):
+        return {"overall": overall, "overall_std": 0.01, "epsilon": None,
+                "per_region": regions, "seeds": [{"per_region": regions}]}
+
+    for study in table.STUDIES:
+        (tmp_path / study / "v").mkdir(parents=True)
+        (tmp_path / study / "study.json").write_text(json.dumps({"variants": ["v"]}))
+        methods = {"fedavg": entry(0.80, {"a": 0.80, "b": 0.70}),
+                   "local": entry(0.85 if study == "femnist" else 0.75,
+                                  {"a": 0.9, "b": 0.8}),
+                   "regionfed-plus": entry(0.82, {"a": 0.85, "b": 0.69})}
+        (tmp_path / study / "v" / "results.json").write_text(json.dumps({"methods": methods}))
+    rows = table.rows(tmp_path)
+    assert len(rows) == len(table.STUDIES)
+    assert rows[0] == ("| heterogeneity v | **82.0 ± 1.0** | 80.0 ± 1.0 (fedavg) | — | "
+                       "80.0 ± 1.0 | — | 75.0 ± 1.0 | -1.0 |")
+    femnist = next(r for r in rows if r.startswith("| femnist"))
+    assert "| 82.0 ± 1.0 | 85.0 ± 1.0 (local) |" in femnist

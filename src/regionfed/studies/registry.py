@@ -182,8 +182,8 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           ("regionfed-meta",), _sensitivity(), seeds=2),  # 19 variants
     Study("privacy", "Privacy–utility", "Table 19",
           "what user-level DP costs at each σ, with ε from the ledger",
-          ("fedavg", "local", "ditto", "region-fedavg", "regionfed-grad", "regionfed-meta",
-           "regionfed-plus"),
+          ("fedavg", "fedavg-ft", "local", "ditto", "region-fedavg", "regionfed-grad",
+           "regionfed-meta", "regionfed-plus"),
           _privacy(sample_rate=0.5)),
     Study("privacy-large", "Privacy–utility in a large federation", "Table 19; docs/privacy.md",
           "whether DP becomes cheap when each round averages many clients (8 regions × "
