@@ -335,8 +335,11 @@ def test_bad_settings_are_config_errors():
         RegionFedPlusConfig(personal_refresh_epochs=-1)
     with pytest.raises(ValueError, match="two_level"):
         RegionFedPlusConfig(personal_refresh_epochs=2, two_level=False)
-    # the default refresh is simply inactive without two-level personalization
+    # the default refresh is simply inactive without two-level personalization, also where
+    # a saved config (every field written) is read back: resuming a "no two-level" run
     assert not RegionFedPlusConfig(two_level=False).two_level
+    saved = RegionFedPlusConfig(two_level=False).model_dump(mode="json")
+    assert RegionFedPlusConfig(**saved) == RegionFedPlusConfig(two_level=False)
     clients, view = _shifted()
     from regionfed.errors import MethodNotApplicableError
 

@@ -127,7 +127,10 @@ class RegionFedPlusConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> RegionFedPlusConfig:
-        if (self.personal_refresh_epochs and not self.two_level
+        # a saved run's config.yaml carries every field, the default refresh included: only
+        # a refresh asked for explicitly (not the default) contradicts two_level: false
+        default_refresh = type(self).model_fields["personal_refresh_epochs"].default
+        if (self.personal_refresh_epochs not in (0, default_refresh) and not self.two_level
                 and "personal_refresh_epochs" in self.model_fields_set):
             raise ValueError("personal_refresh_epochs needs two_level: true (it refreshes the "
                              "personal candidate of the on-device choice)")
