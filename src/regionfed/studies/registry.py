@@ -109,14 +109,16 @@ def _ablation() -> tuple[Variant, ...]:
 
 def _plus_ablation() -> tuple[Variant, ...]:
     """regionfed-plus's switches (issue 26): without DP each of shrinkage, two-level
-    personalization, the validated offset scale, the margin of a client's model choice and
-    a head-only regional part taken away or changed; under DP
-    (σ = 1, q = 0.5) the share f of the budget given to the regional releases."""
+    personalization, the on-device refresh of the served model, the validated offset scale,
+    the margin of a client's model choice and a head-only regional part taken away or
+    changed; under DP (σ = 1, q = 0.5) the share f of the budget given to the regional
+    releases, and shrinkage and the refresh taken away."""
     dp = {"dp.mode": "user", "dp.sigma": 1.0, "dp.clip": 1.0, "training.sample_rate": 0.5}
     off = {"shrinkage": False, "two_level": False}
     variants = [Variant("plus", {})]
     variants += [Variant(f"no {name.replace('_', '-')}", {f"regionfed_plus.{name}": False})
                  for name in off]
+    variants += [Variant("no refresh", {"regionfed_plus.personal_refresh_epochs": 0})]
     variants += [Variant("no validation scale", {"regionfed_plus.validation_scale": False})]
     variants += [Variant("no shrinkage, no two-level",
                          {f"regionfed_plus.{k}": v for k, v in off.items()}),
@@ -125,7 +127,9 @@ def _plus_ablation() -> tuple[Variant, ...]:
     variants += [Variant(f"σ=1, f={f}", {**dp, "regionfed_plus.regional_share": f})
                  for f in (0.1, 0.2, 0.5)]
     variants += [Variant("σ=1, f=0.2, no shrinkage",
-                         {**dp, "regionfed_plus.shrinkage": False})]
+                         {**dp, "regionfed_plus.shrinkage": False}),
+                 Variant("σ=1, f=0.2, no refresh",
+                         {**dp, "regionfed_plus.personal_refresh_epochs": 0})]
     return tuple(variants)
 
 
@@ -173,9 +177,9 @@ STUDIES: dict[str, Study] = {s.name: s for s in (
           "what adaptive α, user-level personalization and golden-section ρ each add",
           ("regionfed-grad",), _ablation()),
     Study("ablation-plus", "regionfed-plus component ablation", "(no paper table; issue 26)",
-          "what noise-aware shrinkage, two-level personalization, the validated offset "
-          "scale, a head-only regional part and the DP budget split each add to "
-          "regionfed-plus",
+          "what noise-aware shrinkage, two-level personalization, the on-device refresh, "
+          "the validated offset scale, a head-only regional part and the DP budget split "
+          "each add to regionfed-plus",
           ("regionfed-plus",), _plus_ablation()),
     Study("sensitivity", "Hyper-parameter sensitivity", "Tables 15–18",
           "how much τ, a misestimated μ_r, α_min and the clipping norm C matter",
