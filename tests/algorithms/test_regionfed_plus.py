@@ -145,6 +145,37 @@ def test_a_refreshed_candidate_is_trained_from_the_served_model_and_not_kept():
     assert RegionFedPlusConfig().personal_refresh_epochs == 8  # on by default
 
 
+def test_with_an_on_device_default_the_kept_personal_model_needs_no_margin_over_the_refreshed():
+    """``choice_default: on-device``: the better of the refreshed and the kept personal model
+    on validation is the default (scores are read refreshed, personal, regional, global);
+    the server's models still need the margin (one standard error at 0.55 on 10 examples
+    ≈ 0.157, margin 0.5)."""
+    clients, view = _shifted()
+    config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0,
+                                 choice_default="on-device")
+    strategy = RegionFedPlus(config, server_lr=1.0)
+    run_rounds(strategy, clients, view, rounds=1)
+    client = clients["a/0"]
+    kept = torch.tensor([-5.0, -5.0])
+    client.state["personal"] = kept
+    served = strategy.regional_params("a")
+    client.score_ = [0.5, 0.55, 0.6, 0.4]  # personal edges refreshed; regional within margin
+    assert strategy.eval_params("a/0", "a", client) is kept
+    assert strategy.evaluation_diagnostics()["choices"]["a"] == \
+        {"refreshed": 0, "personal": 1, "regional": 0, "global": 0}
+    client.score_ = [0.5, 0.55, 0.65, 0.4]  # the regional model past the margin
+    assert torch.equal(strategy.eval_params("a/0", "a", client), served)
+    # the default rule keeps the refreshed model where the personal one is only slightly ahead
+    default = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
+                                                personal_lambda=0.0), server_lr=1.0)
+    run_rounds(default, clients, view, rounds=1)
+    client.state["personal"] = kept
+    client.score_ = [0.5, 0.4, 0.4, 0.55]  # refreshed, regional, global, personal
+    assert default.eval_params("a/0", "a", client) is not kept
+    with pytest.raises(ValueError):
+        RegionFedPlusConfig(choice_default="personal")
+
+
 def test_a_personal_model_is_anchored_only_on_a_regional_model_that_validates_as_well():
     client = QuadraticClient("u", "a", 10, torch.zeros(2))
     personal, anchor = torch.zeros(2), torch.ones(2)

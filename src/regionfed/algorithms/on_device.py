@@ -13,21 +13,28 @@ from regionfed.algorithms.base import ClientContext, FederationView
 
 
 def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientContext,
-                         margin: float = 0.0, order: tuple[str, ...] | None = None) -> str:
+                         margin: float = 0.0, order: tuple[str, ...] | None = None,
+                         peers: int = 1) -> str:
     """The candidate with the best validation score on the client's own split, where any
-    candidate other than the first of ``order`` present (the default; ``order`` defaults to
-    the candidates' own order) must beat the default's score s₀ by ``margin`` standard errors
-    √(s₀(1 − s₀)/n) of it (ties: ``order``); the default when the client has no validation
-    data."""
+    candidate other than the default must beat the default's score s₀ by ``margin``
+    standard errors √(s₀(1 − s₀)/n) of it (ties: ``order``, which defaults to the
+    candidates' own order). The default is the best-scoring of the first ``peers``
+    candidates of ``order`` present (no margin among them; ties: ``order``) — with
+    ``peers=1`` simply the first; the first when the client has no validation data."""
+    if peers < 1:
+        raise ValueError(f"peers must be >= 1, got {peers}")
     order = tuple(candidates) if order is None else order
-    default, *challengers = [name for name in order if name in candidates]
-    score_sum, count = client.validation_score(candidates[default])
+    present = [name for name in order if name in candidates]
+    score_sum, count = client.validation_score(candidates[present[0]])
     if not count:
-        return default
-    scores = {default: score_sum / count}
-    for name in challengers:
+        return present[0]
+    scores = {present[0]: score_sum / count}
+    for name in present[1:]:
         score_sum, _ = client.validation_score(candidates[name])
         scores[name] = score_sum / count
+    group = present[:peers]
+    default = max(group, key=lambda name: (scores[name], -group.index(name)))
+    challengers = [name for name in present if name != default]
     s0 = min(max(scores[default], 0.0), 1.0)
     bar = scores[default] + margin * float(np.sqrt(s0 * (1.0 - s0) / count))
     best = default

@@ -113,6 +113,12 @@ class RegionFedPlusConfig(BaseModel):
     #: kept). 0: off. Chosen on validation among {0, 3, 8} in the 8 × 1,000 federation at
     #: σ = 1 (docs/baselines.md); inactive without ``two_level``
     personal_refresh_epochs: int = Field(8, ge=0)
+    #: with the refresh, the choice's default: ``refreshed`` (the refreshed model; the kept
+    #: personal model must beat it by ``choice_margin`` like the server's models) or
+    #: ``on-device`` (the better of the refreshed and the kept personal model on validation,
+    #: no margin between the two — neither is expected to be the better one — and the
+    #: regional and global models must beat that one by the margin)
+    choice_default: Literal["refreshed", "on-device"] = "refreshed"
     #: how many standard errors of the regional model's validation score a global or
     #: personal model must beat it by to be chosen on-device (0: the plain best score); a
     #: client's few validation examples otherwise pick a lucky model as often as a better one

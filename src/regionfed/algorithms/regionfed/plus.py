@@ -70,6 +70,8 @@ PERSONAL_INIT = "personal_init"
 CANDIDATES = ("regional", "global", "personal")
 #: the choice's order with a refreshed candidate: it is the default
 REFRESHED_ORDER = ("refreshed", "regional", "global", "personal")
+#: ``choice_default: on-device``: the better of the first two is the default
+ON_DEVICE_ORDER = ("refreshed", "personal", "regional", "global")
 #: bracket width at which the search for a region's offset scale ρ_r stops (paper Alg. 3's)
 SCALE_TOLERANCE = 0.01
 
@@ -268,7 +270,7 @@ class RegionFedPlus(Strategy):
             # (expected at least as good as θ_r there); the others must prove themselves
             candidates["refreshed"] = self.refreshed_candidate(regional, client)
         choice = choose_on_validation(candidates, client, self.config.choice_margin,
-                                      self.choice_order)
+                                      self.choice_order, peers=self.choice_peers)
         self.choices[client_id] = choice
         return candidates[choice]
 
@@ -284,8 +286,18 @@ class RegionFedPlus(Strategy):
 
     @property
     def choice_order(self) -> tuple[str, ...]:
-        """A client's candidates, the choice's default first."""
-        return REFRESHED_ORDER if self.config.personal_refresh_epochs else CANDIDATES
+        """A client's candidates, the choice's default (or its peers) first."""
+        if not self.config.personal_refresh_epochs:
+            return CANDIDATES
+        return ON_DEVICE_ORDER if self.choice_peers == 2 else REFRESHED_ORDER
+
+    @property
+    def choice_peers(self) -> int:
+        """How many of :attr:`choice_order`'s first candidates share the default: 2 (the
+        refreshed and the kept personal model) with ``choice_default: on-device``."""
+        on_device = self.config.personal_refresh_epochs and \
+            self.config.choice_default == "on-device"
+        return 2 if on_device else 1
 
     def evaluation_diagnostics(self) -> dict[str, Any]:
         """Per region, how many clients were last evaluated with each candidate."""
