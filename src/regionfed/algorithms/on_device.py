@@ -32,8 +32,7 @@ def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientCont
     for name in present[1:]:
         score_sum, _ = client.validation_score(candidates[name])
         scores[name] = score_sum / count
-    group = present[:peers]
-    default = max(group, key=lambda name: (scores[name], -group.index(name)))
+    default = max(present[:peers], key=scores.__getitem__)  # max keeps the first of ties
     challengers = [name for name in present if name != default]
     s0 = min(max(scores[default], 0.0), 1.0)
     bar = scores[default] + margin * float(np.sqrt(s0 * (1.0 - s0) / count))
