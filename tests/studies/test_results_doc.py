@@ -195,6 +195,17 @@ def test_an_ablation_with_a_parameter_sweep_reports_both():
     assert sweep.startswith("σ: regionfed-plus from 77.5 (σ=1, f=0.1) to 77.9 (σ=1, f=0.5)")
 
 
+def test_a_spread_is_judged_by_the_noise_of_the_two_values_it_compares():
+    def row(variant, overall, std):
+        return {"variant": variant, "method": "regionfed-plus", "overall": overall,
+                "overall_std": std}
+    record = {"variants": ["σ=1, f=0.1", "σ=1, f=0.2", "σ=1, no refresh"],
+              "rows": [row("σ=1, f=0.1", 0.763, 0.028), row("σ=1, f=0.2", 0.762, 0.009),
+                       row("σ=1, no refresh", 0.777, 0.001)]}
+    (sweep,) = single_method_effects(record)
+    assert sweep.endswith("a spread of 1.5 points (beyond seed noise, ±0.9).")
+
+
 def test_degradation_names_what_the_studys_axis_measures():
     record = {"variants": ["E=1", "E=40"], "rows": [
         {"variant": "E=1", "method": "fedavg", "overall": 0.80},

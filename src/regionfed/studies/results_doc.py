@@ -289,7 +289,7 @@ def degradation(record: dict[str, Any], meaning: str = 'paper Table 2 "Deg."') -
 def single_method_effects(record: dict[str, Any]) -> list[str]:
     """Studies of one method (ablation, sensitivity). Variants named ``parameter=value``
     (Tables 15–18): per parameter, the lowest and highest Overall and their spread against
-    seed noise. The others (Table 14's component combinations): each against the first of
+    the seed noise of those two (a noisy third value must not hide a real spread). The others (Table 14's component combinations): each against the first of
     them, in points."""
     rows = record["rows"]
     if len({r["method"] for r in rows}) != 1:
@@ -305,7 +305,7 @@ def single_method_effects(record: dict[str, Any]) -> list[str]:
         low = min(members, key=lambda r: r["overall"])
         high = max(members, key=lambda r: r["overall"])
         spread = 100 * (high["overall"] - low["overall"])
-        noise = max(_noise(r, r) for r in members)
+        noise = _noise(low, high)
         verdict = "within seed noise" if spread <= noise else "beyond seed noise"
         sentences.append(
             f"{parameter}: {low['method']} from {pct(low['overall'])} ({low['variant']}) "
