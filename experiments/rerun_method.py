@@ -86,11 +86,17 @@ def main(argv: list[str] | None = None) -> int:
             entry = {**entry, "variants": [v for v in entry["variants"] if v not in merged]}
         if entry["variants"]:
             reruns.append(entry)
+    # reruns of one method by one commit are one entry, its variants in the study's order
+    same = [e for e in reruns if (e["method"], e["commit"]) == (args.method, args.commit)]
+    if same:
+        joined = set(same[0]["variants"]) | set(merged)
+        same[0]["variants"] = [v.label for v in study.variants if v.label in joined]
+    else:
+        reruns.append({
+            "method": args.method, "variants": merged, "commit": args.commit,
+            "command": f"regionfed run --config {args.study_folder}/<variant>/config.yaml "
+                       f"--methods {args.method}"})
     record["reruns"] = reruns
-    record["reruns"].append({
-        "method": args.method, "variants": merged, "commit": args.commit,
-        "command": f"regionfed run --config {args.study_folder}/<variant>/config.yaml "
-                   f"--methods {args.method}"})
     write_study(record, args.study_folder)
     print(f"{study.name}: {args.method} rerun merged into {', '.join(merged)}")
     return 0

@@ -304,6 +304,13 @@ def test_a_rerun_of_one_method_replaces_its_rows_and_is_disclosed(studies, tmp_p
     reruns = json.loads((published / "study.json").read_text())["reruns"]
     assert [(r["method"], r["variants"], r["commit"]) for r in reruns] == \
         [("regionfed-plus", ["α_D=1.0"], "def5678")]
+    # another variant rerun by the same commit joins that entry, in the study's order
+    shutil.copytree(rerun / "a_D-1.0", tmp_path / "rerun2" / "a_D-0.3")
+    assert load_script("experiments/rerun_method.py").main(
+        [str(published), "regionfed-plus", str(tmp_path / "rerun2"), "--commit", "def5678"]) == 0
+    reruns = json.loads((published / "study.json").read_text())["reruns"]
+    assert [(r["method"], r["variants"], r["commit"]) for r in reruns] == \
+        [("regionfed-plus", ["α_D=1.0", "α_D=0.3"], "def5678")]
 
 
 def test_plus_table_rows_are_read_from_the_study_folders(tmp_path):
