@@ -289,8 +289,9 @@ def degradation(record: dict[str, Any], meaning: str = 'paper Table 2 "Deg."') -
 def single_method_effects(record: dict[str, Any]) -> list[str]:
     """Studies of one method (ablation, sensitivity). Variants named ``parameter=value``
     (Tables 15–18): per parameter, the lowest and highest Overall and their spread against
-    the seed noise of those two (a noisy third value must not hide a real spread). The others (Table 14's component combinations): each against the first of
-    them, in points."""
+    the seed noise of those two (a noisy third value must not hide a real spread). The
+    others (Table 14's component combinations): each against the first of them, in
+    points."""
     rows = record["rows"]
     if len({r["method"] for r in rows}) != 1:
         return []
