@@ -1,10 +1,11 @@
 """The on-device choice among candidate models (regionfed-plus, fedavg-ft)."""
 
+import numpy as np
 import pytest
 import torch
 from helpers import QuadraticClient
 
-from regionfed.algorithms.on_device import choose_on_validation
+from regionfed.algorithms.on_device import choose_on_validation, paired_standard_error
 
 
 def test_a_client_picks_the_model_that_validates_best_on_its_own_split():
@@ -58,3 +59,48 @@ def test_peers_share_the_default_without_a_margin_among_them():
     assert choose_on_validation(candidates, client, margin=1.0, peers=2) == "regional"
     with pytest.raises(ValueError, match="peers"):
         choose_on_validation(candidates, client, peers=0)
+
+
+def _replicates(correct):
+    """The jackknife of an accuracy: the mean of the other answers, for each answer."""
+    correct = np.asarray(correct, dtype=float)
+    return (correct.sum() - correct) / (len(correct) - 1)
+
+
+def test_the_paired_error_of_an_accuracy_is_the_sample_error_of_the_per_query_differences():
+    a = [1, 1, 1, 0, 1, 0, 1, 1, 0, 1]
+    b = [1, 0, 1, 0, 1, 0, 1, 0, 0, 1]
+    difference = _replicates(a) - _replicates(b)
+    per_query = np.subtract(a, b)
+    sample = float(np.std(per_query, ddof=1) / np.sqrt(10))
+    s0 = float(np.mean(b))
+    # no prior: the paired sample error, smaller than the single score's √(s₀(1 − s₀)/n)
+    assert paired_standard_error(difference, s0, 10, 0.0) == pytest.approx(sample)
+    assert sample < np.sqrt(s0 * (1 - s0) / 10)
+    # a prior worth ν queries pulls the per-query variance towards s₀(1 − s₀)
+    moderated = (2 * s0 * (1 - s0) + 9 * sample ** 2 * 10) / 11
+    assert paired_standard_error(difference, s0, 10, 2.0) == \
+        pytest.approx(np.sqrt(moderated / 10))
+    assert paired_standard_error(difference, s0, 10, 1e9) == \
+        pytest.approx(np.sqrt(s0 * (1 - s0) / 10))
+    # one query (no replicates): the single-score error
+    assert paired_standard_error(np.zeros(0), 0.5, 1, 2.0) == pytest.approx(0.5)
+
+
+def test_a_model_ahead_on_the_same_queries_passes_a_paired_margin_a_single_one_refuses():
+    """16 queries: the challenger answers two more right and none worse (2/16 = 0.125
+    ahead). The single-score error at 0.5 is √(0.25/16) = 0.125, so a margin of 1.4 refuses
+    it; the paired error of +1 on two queries and 0 elsewhere is ≈ 0.085 (ν = 0), so it is
+    chosen — and with a prior worth many queries it is refused again."""
+    default = [1] * 8 + [0] * 8
+    challenger = [1] * 10 + [0] * 6
+    client = QuadraticClient("u", "a", 16, torch.zeros(2))
+    candidates = {"refreshed": torch.zeros(2), "personal": torch.ones(2)}
+    client.score_ = [0.5, 0.625]
+    assert choose_on_validation(candidates, client, margin=1.4) == "refreshed"
+    for prior, chosen in ((0.0, "personal"), (1e6, "refreshed")):
+        client.score_ = [0.5, 0.625]
+        client.replicates_ = [_replicates(default), _replicates(challenger)]
+        assert choose_on_validation(candidates, client, margin=1.4,
+                                    prior_queries=prior) == chosen
+        assert not client.replicates_  # the default's jackknife, then the challenger's

@@ -176,6 +176,36 @@ def test_with_an_on_device_default_the_kept_personal_model_needs_no_margin_over_
         RegionFedPlusConfig(choice_default="personal")
 
 
+def test_a_paired_choice_error_reads_both_models_jackknives():
+    """``choice_error: paired``: the kept personal model, right on two more of 10 queries
+    and worse on none, beats the refreshed one (0.5 → 0.7) by the margin of 1.3 paired
+    errors (≈ 0.138 with ν = 2: √((2·0.25 + 9·0.178)/11/10)); 1.3 single-score errors
+    √(0.25/10) ≈ 0.158 keep the refreshed model."""
+    refreshed_right = np.array([1.0] * 5 + [0.0] * 5)
+    personal_right = np.array([1.0] * 7 + [0.0] * 3)
+
+    def jackknife(right):
+        return (right.sum() - right) / (len(right) - 1)
+
+    clients, view = _shifted()
+    kept = torch.tensor([-5.0, -5.0])
+    for error, personal_chosen in (("single", False), ("paired", True)):
+        config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0,
+                                     choice_margin=1.3, choice_error=error)
+        strategy = RegionFedPlus(config, server_lr=1.0)
+        run_rounds(strategy, clients, view, rounds=1)
+        client = clients["a/0"]
+        client.state["personal"] = kept
+        client.score_ = [0.5, 0.4, 0.4, 0.7]  # refreshed, regional, global, personal
+        client.replicates_ = [jackknife(refreshed_right), jackknife(personal_right)]
+        assert (strategy.eval_params("a/0", "a", client) is kept) == personal_chosen
+        assert len(client.replicates_) == (0 if error == "paired" else 2)
+    with pytest.raises(ValueError):
+        RegionFedPlusConfig(choice_error="bootstrap")
+    with pytest.raises(ValueError):
+        RegionFedPlusConfig(choice_prior_queries=-1.0)
+
+
 def test_a_personal_model_is_anchored_only_on_a_regional_model_that_validates_as_well():
     client = QuadraticClient("u", "a", 10, torch.zeros(2))
     personal, anchor = torch.zeros(2), torch.ones(2)

@@ -47,6 +47,9 @@ def test_scores_and_references():
     assert task.reference_predictions(data, data).tolist() == [3, 3, 3, 3]
     parts = task.split_predictions(np.arange(5), [2, 3])
     assert [p.tolist() for p in parts] == [[0, 1], [2, 3, 4]]
+    # the jackknife's replicates: accuracy without each example in turn
+    assert task.leave_one_out_scores(np.array([3, 3, 3, 3]), data).tolist() == \
+        pytest.approx([2 / 3, 2 / 3, 1.0, 2 / 3])
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason=f"{SHARED} not present")

@@ -104,3 +104,23 @@ def test_score_counts_summed_over_clients_equal_the_pooled_score(tiny_federation
     pooled = tiny_task.score(tiny_task.concat_predictions(predictions),
                              concat_splits([c.test for c in clients]))
     assert tiny_task.score_from_counts(summed) == pytest.approx(pooled)
+
+
+def test_per_example_counts_sum_to_the_counts_and_leave_one_out_drops_one_query():
+    """The jackknife's replicates are the scores of the split without each query — an
+    Overall whose NER F1 is not a mean over queries included."""
+    task, data = small_task(), toy_dataset(12)
+    predictions = task.predict(task.build_model(0), data)
+    per_example = task.example_score_counts(predictions, data)
+    counts = task.score_counts(predictions, data)
+    assert {k: float(v.sum()) for k, v in per_example.items()} == pytest.approx(counts)
+    replicates = task.leave_one_out_scores(predictions, data)
+    for i in (0, 5, 11):
+        rest = [j for j in range(len(data)) if j != i]
+        kept = task.split_predictions(predictions, [i, 1, len(data) - i - 1])
+        without = task.score(task.concat_predictions([kept[0], kept[2]]), data.subset(rest))
+        assert replicates[i] == pytest.approx(without["overall"])
+    one = data.subset([0])
+    assert len(task.leave_one_out_scores(task.predict(task.build_model(0), one), one)) == 0
+    with pytest.raises(ValueError, match="predictions for"):
+        task.example_score_counts(predictions, data.subset([0, 1]))

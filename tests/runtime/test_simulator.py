@@ -62,6 +62,22 @@ def test_a_repeatable_stream_draws_its_first_batches_every_time(tiny_federation,
     assert client.train_calls == {"s": 2}
 
 
+def test_a_clients_validation_jackknife_is_its_score_without_each_query(tiny_federation,
+                                                                        tiny_task):
+    sim = Simulator(tiny_federation, tiny_task, FAST, seed=0)
+    client = next(c for c in sim.clients.values() if len(c.data.val) >= 3)
+    params = get_flat(sim.model)
+    replicates = client.validation_leave_one_out(params)
+    n = len(client.data.val)
+    assert len(replicates) == n
+    score_sum, count = client.validation_score(params)
+    # the jackknife of a score averages back to about the score itself
+    assert count == n and abs(float(replicates.mean()) - score_sum / n) < 0.1
+    rest = client.data.val.subset(list(range(1, n)))
+    assert replicates[0] == pytest.approx(
+        tiny_task.evaluate(sim.model, rest)["overall"])
+
+
 def test_fedavg_with_one_client_is_local_training(tiny_task):
     one = generate_esci_synth(num_queries=120, num_regions=1, clients_per_region=1,
                               vocab_size=1000, seed=3)

@@ -209,6 +209,10 @@ class ClientContext(Protocol):
     def validation_score(self, params: torch.Tensor) -> tuple[float, int]:
         """(task score × number of validation examples, number of validation examples)."""
 
+    def validation_leave_one_out(self, params: torch.Tensor) -> np.ndarray:
+        """The task score of the validation split without each example in turn (the
+        jackknife's replicates; empty for fewer than 2 validation examples)."""
+
     def labels(self) -> tuple[np.ndarray, int]:
         """(class label of every training example, number of classes)."""
 

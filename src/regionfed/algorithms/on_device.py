@@ -14,13 +14,15 @@ from regionfed.algorithms.base import ClientContext, FederationView
 
 def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientContext,
                          margin: float = 0.0, order: tuple[str, ...] | None = None,
-                         peers: int = 1) -> str:
+                         peers: int = 1, prior_queries: float | None = None) -> str:
     """The candidate with the best validation score on the client's own split, where any
     candidate other than the default must beat the default's score s₀ by ``margin``
-    standard errors √(s₀(1 − s₀)/n) of it (ties: ``order``, which defaults to the
-    candidates' own order). The default is the best-scoring of the first ``peers``
-    candidates of ``order`` present (no margin among them; ties: ``order``) — with
-    ``peers=1`` simply the first; the first when the client has no validation data."""
+    standard errors (ties: ``order``, which defaults to the candidates' own order). The
+    standard error is √(s₀(1 − s₀)/n) of the default's score, or with ``prior_queries``
+    the paired one of the two scores' difference (:func:`paired_standard_error`). The
+    default is the best-scoring of the first ``peers`` candidates of ``order`` present (no
+    margin among them; ties: ``order``) — with ``peers=1`` simply the first; the first
+    when the client has no validation data."""
     if peers < 1:
         raise ValueError(f"peers must be >= 1, got {peers}")
     order = tuple(candidates) if order is None else order
@@ -33,15 +35,44 @@ def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientCont
         score_sum, _ = client.validation_score(candidates[name])
         scores[name] = score_sum / count
     default = max(present[:peers], key=scores.__getitem__)  # max keeps the first of ties
-    challengers = [name for name in present if name != default]
     s0 = min(max(scores[default], 0.0), 1.0)
-    bar = scores[default] + margin * float(np.sqrt(s0 * (1.0 - s0) / count))
+    single_error = float(np.sqrt(s0 * (1.0 - s0) / count))
+    default_replicates: np.ndarray | None = None  # the default's jackknife, computed once
     best = default
-    for name in challengers:
-        beats_default = scores[name] > scores[default] and scores[name] >= bar
-        if beats_default and (best == default or scores[name] > scores[best]):
+    for name in present:
+        if name == default or scores[name] <= scores[default]:
+            continue
+        error = single_error
+        if prior_queries is not None:
+            if default_replicates is None:
+                default_replicates = client.validation_leave_one_out(candidates[default])
+            difference = client.validation_leave_one_out(candidates[name]) - default_replicates
+            error = paired_standard_error(difference, s0, count, prior_queries)
+        if scores[name] >= scores[default] + margin * error and \
+                (best == default or scores[name] > scores[best]):
             best = name
     return best
+
+
+def paired_standard_error(difference: np.ndarray, s0: float, n: int, prior_queries: float
+                          ) -> float:
+    """The standard error of the difference of two validation scores taken on the same
+    ``n`` queries, √(ṽ/n), from ``difference``: d₍ᵢ₎, the difference without query i (the
+    two scores' jackknife replicates, :meth:`ClientContext.validation_leave_one_out`).
+    v̂ = (n − 1)·Σᵢ(d₍ᵢ₎ − d̄)² is the jackknife's per-query variance of the difference
+    (Efron & Stein 1981: any score, an F1 too; for a mean over queries it is the sample
+    variance of the per-query differences).
+    With few queries v̂ is itself noisy (two queries that agree give 0), so it is moderated
+    towards the single-score bound s₀(1 − s₀) as a prior worth ν = ``prior_queries``
+    queries (Smyth 2004): ṽ = (ν·s₀(1 − s₀) + (n − 1)·v̂)/(ν + n − 1) — the single-score
+    rule for one query or ν → ∞, the paired one as the queries grow."""
+    dof = len(difference) - 1 if len(difference) > 1 else 0
+    prior = s0 * (1.0 - s0)
+    if dof == 0:
+        return float(np.sqrt(prior / n)) if n else 0.0
+    jackknife = dof * float(np.sum((difference - difference.mean()) ** 2))
+    moderated = (prior_queries * prior + dof * jackknife) / (prior_queries + dof)
+    return float(np.sqrt(moderated / n))
 
 
 def choice_counts(choices: dict[str, str], view: FederationView, names: Sequence[str]

@@ -110,6 +110,27 @@ class QueryUnderstanding(Task):
             "entity_tp": e_tp, "entity_pred": e_pred, "entity_gold": e_gold,
         }
 
+    def example_score_counts(self, predictions: QueryPredictions, dataset: QueryDataset
+                             ) -> dict[str, np.ndarray]:
+        """:meth:`score_counts` of each query alone (one array entry per query)."""
+        if len(predictions) != len(dataset):
+            raise ValueError(f"{len(predictions)} predictions for {len(dataset)} examples")
+        pairs = list(zip(predictions.ner, dataset.ner, strict=True))
+        tokens = np.array([metrics.token_f1_counts([p], [g]) for p, g in pairs],
+                          dtype=float).reshape(-1, 3)
+        entities = np.array([metrics.entity_counts([p], [g]) for p, g in pairs],
+                            dtype=float).reshape(-1, 3)
+        return {
+            "examples": np.ones(len(dataset)),
+            "intent_correct": (np.asarray(predictions.intent) == dataset.intent).astype(float),
+            "spell_correct": np.array([list(p) == list(g) for p, g in
+                                       zip(predictions.spell, dataset.targets, strict=True)],
+                                      dtype=float),
+            "ner_tp": tokens[:, 0], "ner_pred": tokens[:, 1], "ner_gold": tokens[:, 2],
+            "entity_tp": entities[:, 0], "entity_pred": entities[:, 1],
+            "entity_gold": entities[:, 2],
+        }
+
     def score_from_counts(self, counts: dict[str, float]) -> dict[str, float]:
         """Intent accuracy, spell exact match, NER token micro-F1 and entity F1, Overall."""
         n = counts["examples"]

@@ -151,6 +151,25 @@ class Task(ABC):
         """The metrics of summed :meth:`score_counts`."""
         raise TypeError(f"{type(self).__name__} has no additive score statistics")
 
+    def example_score_counts(self, predictions: Any, dataset: Any) -> dict[str, np.ndarray]:
+        """:meth:`score_counts` of every example alone: each statistic as an array with one
+        entry per example (summed, they are :meth:`score_counts`)."""
+        raise TypeError(f"{type(self).__name__} has no per-example score statistics")
+
+    def leave_one_out_scores(self, predictions: Any, dataset: Any) -> np.ndarray:
+        """The ``overall`` score of ``dataset`` without each example in turn — the
+        jackknife's replicates (Efron & Stein 1981), defined for any score of additive
+        statistics, an F1 as well as a mean over examples. Empty for fewer than 2 examples."""
+        per_example = self.example_score_counts(predictions, dataset)
+        n = len(per_example["examples"])
+        if n < 2:
+            return np.zeros(0)
+        totals = {key: values.sum() for key, values in per_example.items()}
+        return np.array([
+            self.score_from_counts({key: totals[key] - values[i]
+                                    for key, values in per_example.items()})["overall"]
+            for i in range(n)])
+
     @abstractmethod
     def concat_predictions(self, parts: list[Any]) -> Any: ...
 
@@ -209,6 +228,14 @@ class ClassificationTask(Task):
         if len(gold) != len(predictions):
             raise ValueError(f"{len(predictions)} predictions for {len(gold)} examples")
         return {"examples": len(gold), "correct": int(np.sum(predictions == gold))}
+
+    def example_score_counts(self, predictions: np.ndarray, dataset: Any
+                             ) -> dict[str, np.ndarray]:
+        gold = self.labels(dataset)
+        if len(gold) != len(predictions):
+            raise ValueError(f"{len(predictions)} predictions for {len(gold)} examples")
+        return {"examples": np.ones(len(gold)),
+                "correct": (np.asarray(predictions) == gold).astype(float)}
 
     def score_from_counts(self, counts: dict[str, float]) -> dict[str, float]:
         n = counts["examples"]

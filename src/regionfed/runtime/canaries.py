@@ -75,6 +75,9 @@ class CanaryClient:
     def validation_score(self, params: torch.Tensor) -> tuple[float, int]:
         return 0.0, 0
 
+    def validation_leave_one_out(self, params: torch.Tensor) -> np.ndarray:
+        return np.zeros(0)
+
     def labels(self) -> tuple[np.ndarray, int]:
         return np.zeros(0, dtype=np.int64), self._num_classes
 

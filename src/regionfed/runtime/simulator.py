@@ -197,6 +197,13 @@ class SimulatedClient:
                 return hit, n
         return r.task.evaluate(set_flat(r.model, params), self.data.val)["overall"] * n, n
 
+    def validation_leave_one_out(self, params: torch.Tensor) -> np.ndarray:
+        r = self.runner
+        if len(self.data.val) < 2:
+            return np.zeros(0)
+        predictions = r.task.predict(set_flat(r.model, params), self.data.val)
+        return r.task.leave_one_out_scores(predictions, self.data.val)
+
     def labels(self) -> tuple[np.ndarray, int]:
         return self.runner.task.labels(self.data.train), self.runner.task.num_classes
 

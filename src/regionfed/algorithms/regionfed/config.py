@@ -123,6 +123,14 @@ class RegionFedPlusConfig(BaseModel):
     #: personal model must beat it by to be chosen on-device (0: the plain best score); a
     #: client's few validation examples otherwise pick a lucky model as often as a better one
     choice_margin: float = Field(0.5, ge=0.0)
+    #: the standard error the margin counts: ``single`` — √(s₀(1 − s₀)/n), the default's
+    #: score read as n independent right/wrong answers — or ``paired`` — the jackknife
+    #: standard error of the two scores' difference on the same queries, moderated towards
+    #: the single one by a prior worth ``choice_prior_queries`` queries (exact for a score
+    #: that is not a mean of right/wrong answers, like Overall's NER F1, and smaller where
+    #: the two models agree on most queries)
+    choice_error: Literal["single", "paired"] = "single"
+    choice_prior_queries: float = Field(2.0, ge=0.0)
     #: without DP, scale each region's shrunk offset by ρ_r ∈ [0, 1] chosen every round by
     #: golden-section search (paper Alg. 3, tolerance 0.01) on the region's validation loss:
     #: shrinkage knows the noise of an offset, not whether it generalises, so a region whose

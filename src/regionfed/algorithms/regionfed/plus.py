@@ -269,8 +269,11 @@ class RegionFedPlus(Strategy):
             # a model just fine-tuned from θ_r on the client's own data is the default
             # (expected at least as good as θ_r there); the others must prove themselves
             candidates["refreshed"] = self.refreshed_candidate(regional, client)
-        choice = choose_on_validation(candidates, client, self.config.choice_margin,
-                                      self.choice_order, peers=self.choice_peers)
+        paired = self.config.choice_error == "paired"
+        choice = choose_on_validation(
+            candidates, client, self.config.choice_margin, self.choice_order,
+            peers=self.choice_peers,
+            prior_queries=self.config.choice_prior_queries if paired else None)
         self.choices[client_id] = choice
         return candidates[choice]
 
