@@ -45,6 +45,9 @@ RULES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("paired, ν = 0", {"margin": 0.5, "prior_queries": 0.0}),
     ("paired, ν = 2", {"margin": 0.5, "prior_queries": 2.0}),
     ("paired, ν = 8", {"margin": 0.5, "prior_queries": 8.0}),
+    *((f"posterior, κ = {k:g}", {"prior_strength": k}) for k in (1.5, 3.0, 5.0)),
+    *((f"posterior, κ = {k:g}, paired ν = 2", {"prior_strength": k, "prior_queries": 2.0})
+      for k in (1.5, 3.0, 5.0)),
 )
 REFRESHED_ORDER, ON_DEVICE_ORDER = plus_module.REFRESHED_ORDER, plus_module.ON_DEVICE_ORDER
 

@@ -5,7 +5,11 @@ import pytest
 import torch
 from helpers import QuadraticClient
 
-from regionfed.algorithms.on_device import choose_on_validation, paired_standard_error
+from regionfed.algorithms.on_device import (
+    choose_on_validation,
+    paired_standard_error,
+    posterior_bar,
+)
 
 
 def test_a_client_picks_the_model_that_validates_best_on_its_own_split():
@@ -104,3 +108,26 @@ def test_a_model_ahead_on_the_same_queries_passes_a_paired_margin_a_single_one_r
         assert choose_on_validation(candidates, client, margin=1.4,
                                     prior_queries=prior) == chosen
         assert not client.replicates_  # the default's jackknife, then the challenger's
+
+
+def test_the_posterior_bar_is_the_lead_whose_posterior_mean_is_zero():
+    """Prior Δ ~ N(−μ, τ²), lead d ~ N(Δ, SE²): E[Δ | d] = (τ²d − SE²μ)/(τ² + SE²) is 0
+    exactly at d = κ·SE² with κ = μ/τ²."""
+    mu, tau2, se = 0.1, 0.02, 0.15
+    bar = posterior_bar(se, mu / tau2)
+    assert (tau2 * bar - se ** 2 * mu) / (tau2 + se ** 2) == pytest.approx(0.0, abs=1e-12)
+    assert bar == pytest.approx(5 * 0.0225)
+
+
+def test_with_a_posterior_bar_a_small_split_needs_a_large_lead_and_a_large_one_a_small_lead():
+    """κ = 3 at s₀ = 0.5: 2 queries need a lead of 3·0.25/2 = 0.375 (a margin of 0.5 SE
+    asks 0.177), 16 queries 3·0.25/16 ≈ 0.047 (the margin asks 0.0625)."""
+    candidates = {"refreshed": torch.zeros(2), "personal": torch.ones(2)}
+    for n, lead, by_margin, by_posterior in ((2, 0.25, "personal", "refreshed"),
+                                             (16, 0.05, "refreshed", "personal")):
+        client = QuadraticClient("u", "a", n, torch.zeros(2))
+        client.score_ = [0.5, 0.5 + lead]
+        assert choose_on_validation(candidates, client, margin=0.5) == by_margin
+        client.score_ = [0.5, 0.5 + lead]
+        assert choose_on_validation(candidates, client, margin=0.5,
+                                    prior_strength=3.0) == by_posterior

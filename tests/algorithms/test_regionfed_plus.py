@@ -206,6 +206,26 @@ def test_a_paired_choice_error_reads_both_models_jackknives():
         RegionFedPlusConfig(choice_prior_queries=-1.0)
 
 
+def test_a_posterior_choice_rule_asks_a_lead_of_the_prior_strength_times_the_variance():
+    """10 validation examples at 0.5: the kept personal model at 0.6 leads by 0.1, less
+    than one standard error √(0.025) ≈ 0.158 (margin 1) but more than κ·SE² = 3·0.025."""
+    clients, view = _shifted()
+    kept = torch.tensor([-5.0, -5.0])
+    for rule, personal_chosen in (("margin", False), ("posterior", True)):
+        config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0,
+                                     choice_margin=1.0, choice_rule=rule)
+        strategy = RegionFedPlus(config, server_lr=1.0)
+        run_rounds(strategy, clients, view, rounds=1)
+        client = clients["a/0"]
+        client.state["personal"] = kept
+        client.score_ = [0.5, 0.4, 0.4, 0.6]  # refreshed, regional, global, personal
+        assert (strategy.eval_params("a/0", "a", client) is kept) == personal_chosen
+    with pytest.raises(ValueError):
+        RegionFedPlusConfig(choice_rule="bayes")
+    with pytest.raises(ValueError):
+        RegionFedPlusConfig(choice_prior_strength=-1.0)
+
+
 def test_a_personal_model_is_anchored_only_on_a_regional_model_that_validates_as_well():
     client = QuadraticClient("u", "a", 10, torch.zeros(2))
     personal, anchor = torch.zeros(2), torch.ones(2)

@@ -14,15 +14,17 @@ from regionfed.algorithms.base import ClientContext, FederationView
 
 def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientContext,
                          margin: float = 0.0, order: tuple[str, ...] | None = None,
-                         peers: int = 1, prior_queries: float | None = None) -> str:
+                         peers: int = 1, prior_queries: float | None = None,
+                         prior_strength: float | None = None) -> str:
     """The candidate with the best validation score on the client's own split, where any
     candidate other than the default must beat the default's score s₀ by ``margin``
-    standard errors (ties: ``order``, which defaults to the candidates' own order). The
-    standard error is √(s₀(1 − s₀)/n) of the default's score, or with ``prior_queries``
-    the paired one of the two scores' difference (:func:`paired_standard_error`). The
-    default is the best-scoring of the first ``peers`` candidates of ``order`` present (no
-    margin among them; ties: ``order``) — with ``peers=1`` simply the first; the first
-    when the client has no validation data."""
+    standard errors SE (ties: ``order``, which defaults to the candidates' own order).
+    SE is √(s₀(1 − s₀)/n) of the default's score, or with ``prior_queries`` the paired one
+    of the two scores' difference (:func:`paired_standard_error`). With ``prior_strength``
+    κ the bar is κ·SE² instead (:func:`posterior_bar`: the challenger's gap has a positive
+    posterior mean). The default is the best-scoring of the first ``peers`` candidates of
+    ``order`` present (no margin among them; ties: ``order``) — with ``peers=1`` simply the
+    first; the first when the client has no validation data."""
     if peers < 1:
         raise ValueError(f"peers must be >= 1, got {peers}")
     order = tuple(candidates) if order is None else order
@@ -48,10 +50,22 @@ def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientCont
                 default_replicates = client.validation_leave_one_out(candidates[default])
             difference = client.validation_leave_one_out(candidates[name]) - default_replicates
             error = paired_standard_error(difference, s0, count, prior_queries)
-        if scores[name] >= scores[default] + margin * error and \
+        bar = margin * error if prior_strength is None else posterior_bar(error,
+                                                                           prior_strength)
+        if scores[name] >= scores[default] + bar and \
                 (best == default or scores[name] > scores[best]):
             best = name
     return best
+
+
+def posterior_bar(standard_error: float, prior_strength: float) -> float:
+    """How far a challenger's validation score must lead the default's for its true lead
+    Δ to have a positive posterior mean. With a Gaussian prior Δ ~ N(−μ, τ²) (a challenger
+    is expected to be μ behind the default, give or take τ) and the observed lead
+    d ~ N(Δ, SE²), E[Δ | d] = (τ²·d − SE²·μ)/(τ² + SE²) > 0 ⟺ d > (μ/τ²)·SE², the bar
+    κ·SE² with κ = μ/τ² = ``prior_strength``. Unlike a fixed number of standard errors it
+    falls with the variance: a few queries need a large lead, many queries a small one."""
+    return prior_strength * standard_error ** 2
 
 
 def paired_standard_error(difference: np.ndarray, s0: float, n: int, prior_queries: float

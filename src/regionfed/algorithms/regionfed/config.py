@@ -131,6 +131,12 @@ class RegionFedPlusConfig(BaseModel):
     #: the two models agree on most queries)
     choice_error: Literal["single", "paired"] = "single"
     choice_prior_queries: float = Field(2.0, ge=0.0)
+    #: ``margin``: a challenger must lead by ``choice_margin`` standard errors SE;
+    #: ``posterior``: by ``choice_prior_strength``·SE² — the lead at which its true lead has
+    #: a positive posterior mean under a Gaussian prior that it is behind (a small split
+    #: needs a large lead, a large one a small lead)
+    choice_rule: Literal["margin", "posterior"] = "margin"
+    choice_prior_strength: float = Field(3.0, ge=0.0)
     #: without DP, scale each region's shrunk offset by ρ_r ∈ [0, 1] chosen every round by
     #: golden-section search (paper Alg. 3, tolerance 0.01) on the region's validation loss:
     #: shrinkage knows the noise of an offset, not whether it generalises, so a region whose

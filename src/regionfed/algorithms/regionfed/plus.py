@@ -269,11 +269,14 @@ class RegionFedPlus(Strategy):
             # a model just fine-tuned from θ_r on the client's own data is the default
             # (expected at least as good as θ_r there); the others must prove themselves
             candidates["refreshed"] = self.refreshed_candidate(regional, client)
-        paired = self.config.choice_error == "paired"
+        config = self.config
         choice = choose_on_validation(
-            candidates, client, self.config.choice_margin, self.choice_order,
+            candidates, client, config.choice_margin, self.choice_order,
             peers=self.choice_peers,
-            prior_queries=self.config.choice_prior_queries if paired else None)
+            prior_queries=config.choice_prior_queries if config.choice_error == "paired"
+            else None,
+            prior_strength=config.choice_prior_strength if config.choice_rule == "posterior"
+            else None)
         self.choices[client_id] = choice
         return candidates[choice]
 
