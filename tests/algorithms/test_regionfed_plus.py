@@ -176,54 +176,46 @@ def test_with_an_on_device_default_the_kept_personal_model_needs_no_margin_over_
         RegionFedPlusConfig(choice_default="personal")
 
 
-def test_a_paired_choice_error_reads_both_models_jackknives():
-    """``choice_error: paired``: the kept personal model, right on two more of 10 queries
-    and worse on none, beats the refreshed one (0.5 → 0.7) by the margin of 1.3 paired
-    errors (≈ 0.138 with ν = 2: √((2·0.25 + 9·0.178)/11/10)); 1.3 single-score errors
-    √(0.25/10) ≈ 0.158 keep the refreshed model."""
-    refreshed_right = np.array([1.0] * 5 + [0.0] * 5)
-    personal_right = np.array([1.0] * 7 + [0.0] * 3)
+def _jackknife(right):
+    """The jackknife of an accuracy: the mean of the other answers, for each answer."""
+    return (right.sum() - right) / (len(right) - 1)
 
-    def jackknife(right):
-        return (right.sum() - right) / (len(right) - 1)
 
+# the kept personal model, right on two more of 10 queries and worse on none (0.5 → 0.7),
+# beats the refreshed one by 1.3 paired errors (≈ 0.138 with ν = 2:
+# √((2·0.25 + 9·0.178)/11/10)) but not by 1.3 single-score errors √(0.25/10) ≈ 0.158;
+# at 0.6 it leads by 0.1, less than one single error but more than κ·SE² = 3·0.025
+PAIRED = {"choice_margin": 1.3, "choice_error": "paired"}
+POSTERIOR = {"choice_margin": 1.0, "choice_rule": "posterior"}
+
+
+@pytest.mark.parametrize("settings, personal_score, personal_chosen, replicates_read", [
+    ({"choice_margin": 1.3}, 0.7, False, False),
+    (PAIRED, 0.7, True, True),
+    ({"choice_margin": 1.0}, 0.6, False, False),
+    (POSTERIOR, 0.6, True, False),
+])
+def test_the_choices_bar_follows_the_error_and_the_rule(settings, personal_score,
+                                                       personal_chosen, replicates_read):
     clients, view = _shifted()
     kept = torch.tensor([-5.0, -5.0])
-    for error, personal_chosen in (("single", False), ("paired", True)):
-        config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0,
-                                     choice_margin=1.3, choice_error=error)
-        strategy = RegionFedPlus(config, server_lr=1.0)
-        run_rounds(strategy, clients, view, rounds=1)
-        client = clients["a/0"]
-        client.state["personal"] = kept
-        client.score_ = [0.5, 0.4, 0.4, 0.7]  # refreshed, regional, global, personal
-        client.replicates_ = [jackknife(refreshed_right), jackknife(personal_right)]
-        assert (strategy.eval_params("a/0", "a", client) is kept) == personal_chosen
-        assert len(client.replicates_) == (0 if error == "paired" else 2)
-    with pytest.raises(ValueError):
-        RegionFedPlusConfig(choice_error="bootstrap")
-    with pytest.raises(ValueError):
-        RegionFedPlusConfig(choice_prior_queries=-1.0)
+    config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0, **settings)
+    strategy = RegionFedPlus(config, server_lr=1.0)
+    run_rounds(strategy, clients, view, rounds=1)
+    client = clients["a/0"]
+    client.state["personal"] = kept
+    client.score_ = [0.5, 0.4, 0.4, personal_score]  # refreshed, regional, global, personal
+    client.replicates_ = [_jackknife(np.array([1.0] * 5 + [0.0] * 5)),
+                          _jackknife(np.array([1.0] * 7 + [0.0] * 3))]
+    assert (strategy.eval_params("a/0", "a", client) is kept) == personal_chosen
+    assert (not client.replicates_) == replicates_read
 
 
-def test_a_posterior_choice_rule_asks_a_lead_of_the_prior_strength_times_the_variance():
-    """10 validation examples at 0.5: the kept personal model at 0.6 leads by 0.1, less
-    than one standard error √(0.025) ≈ 0.158 (margin 1) but more than κ·SE² = 3·0.025."""
-    clients, view = _shifted()
-    kept = torch.tensor([-5.0, -5.0])
-    for rule, personal_chosen in (("margin", False), ("posterior", True)):
-        config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0,
-                                     choice_margin=1.0, choice_rule=rule)
-        strategy = RegionFedPlus(config, server_lr=1.0)
-        run_rounds(strategy, clients, view, rounds=1)
-        client = clients["a/0"]
-        client.state["personal"] = kept
-        client.score_ = [0.5, 0.4, 0.4, 0.6]  # refreshed, regional, global, personal
-        assert (strategy.eval_params("a/0", "a", client) is kept) == personal_chosen
+@pytest.mark.parametrize("bad", [{"choice_error": "bootstrap"}, {"choice_prior_queries": -1},
+                                 {"choice_rule": "bayes"}, {"choice_prior_strength": -1}])
+def test_bad_choice_settings_are_refused(bad):
     with pytest.raises(ValueError):
-        RegionFedPlusConfig(choice_rule="bayes")
-    with pytest.raises(ValueError):
-        RegionFedPlusConfig(choice_prior_strength=-1.0)
+        RegionFedPlusConfig(**bad)
 
 
 def test_a_personal_model_is_anchored_only_on_a_regional_model_that_validates_as_well():
