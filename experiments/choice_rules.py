@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,24 +114,27 @@ class ReplayClient:
         return np.asarray(self.row[self.names[id(params)]]["jackknife"])
 
 
+def test_percent(picked: list[dict[str, Any]]) -> float:
+    """The test Overall (%) of one picked candidate per client, weighted by test queries."""
+    weight = sum(candidate["test_n"] for candidate in picked)
+    total = sum(candidate["test"] * candidate["test_n"] for candidate in picked)
+    return 100.0 * total / weight if weight else 0.0
+
+
 def replay(clients: dict[str, dict[str, Any]], rule: dict[str, Any]
-           ) -> tuple[float, dict[str, int]]:
+           ) -> tuple[float, Counter[str]]:
     """(the clients' test Overall under ``rule`` in %, how many chose each candidate)."""
-    total = weight = 0.0
-    counts: dict[str, int] = {}
+    choices: list[str] = []
     for row in clients.values():
-        refresh = "refreshed" in row
         candidates = {name: torch.zeros(1) for name in REFRESHED_ORDER if name in row}
         names = {id(tensor): name for name, tensor in candidates.items()}
-        on_device = refresh and rule.get("peers", 1) == 2
-        keywords = {**rule, "peers": 2 if on_device else 1}
-        choice = choose_on_validation(
+        on_device = "refreshed" in row and rule.get("peers", 1) == 2
+        choices.append(choose_on_validation(
             candidates, ReplayClient(row, names),  # type: ignore[arg-type]
-            order=ON_DEVICE_ORDER if on_device else None, **keywords)
-        counts[choice] = counts.get(choice, 0) + 1
-        total += row[choice]["test"] * row[choice]["test_n"]
-        weight += row[choice]["test_n"]
-    return 100.0 * total / weight if weight else 0.0, counts
+            order=ON_DEVICE_ORDER if on_device else None,
+            **{**rule, "peers": 2 if on_device else 1}))
+    picked = [row[choice] for row, choice in zip(clients.values(), choices, strict=True)]
+    return test_percent(picked), Counter(choices)
 
 
 def table(recorded: dict[str, Any]) -> list[str]:
@@ -140,10 +144,7 @@ def table(recorded: dict[str, Any]) -> list[str]:
              "|---|" + "---|" * (len(seeds) + 2)]
     for label, rule in RULES:
         results = [replay(recorded["seeds"][s]["clients"], rule) for s in seeds]
-        counts: dict[str, int] = {}
-        for _, c in results:
-            for name, k in c.items():
-                counts[name] = counts.get(name, 0) + k
+        counts = sum((c for _, c in results), Counter())
         scores = [score for score, _ in results]
         lines.append(f"| {label} | " + " | ".join(f"{s:.2f}" for s in scores)
                      + f" | {np.mean(scores):.2f} | "
@@ -156,13 +157,9 @@ def table(recorded: dict[str, Any]) -> list[str]:
 
 def best_on_test(clients: dict[str, dict[str, Any]]) -> float:
     """The clients' test Overall (%) if each took its best candidate on the test split."""
-    total = weight = 0.0
-    for row in clients.values():
-        best = max((row[name] for name in REFRESHED_ORDER if name in row),
-                   key=lambda candidate: candidate["test"])
-        total += best["test"] * best["test_n"]
-        weight += best["test_n"]
-    return 100.0 * total / weight if weight else 0.0
+    return test_percent([max((row[name] for name in REFRESHED_ORDER if name in row),
+                             key=lambda candidate: candidate["test"])
+                         for row in clients.values()])
 
 
 def main(argv: list[str] | None = None) -> int:

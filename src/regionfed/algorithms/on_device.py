@@ -80,10 +80,10 @@ def paired_standard_error(difference: np.ndarray, s0: float, n: int, prior_queri
     towards the single-score bound s₀(1 − s₀) as a prior worth ν = ``prior_queries``
     queries (Smyth 2004): ṽ = (ν·s₀(1 − s₀) + (n − 1)·v̂)/(ν + n − 1) — the single-score
     rule for one query or ν → ∞, the paired one as the queries grow."""
-    dof = len(difference) - 1 if len(difference) > 1 else 0
+    dof = max(len(difference) - 1, 0)
     prior = s0 * (1.0 - s0)
     if dof == 0:
-        return float(np.sqrt(prior / n)) if n else 0.0
+        return float(np.sqrt(prior / n))
     jackknife = dof * float(np.sum((difference - difference.mean()) ** 2))
     moderated = (prior_queries * prior + dof * jackknife) / (prior_queries + dof)
     return float(np.sqrt(moderated / n))
