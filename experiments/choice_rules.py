@@ -40,13 +40,14 @@ from regionfed.runtime.params import set_flat
 
 #: (label, choose_on_validation's keywords besides the candidates and client)
 RULES: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("single, margin 0.5 (default)", {"margin": 0.5}),
+    ("single, margin 0.5", {"margin": 0.5}),
     ("single, margin 0", {"margin": 0.0}),
     ("on-device default (peers)", {"margin": 0.5, "peers": 2}),
     ("paired, ν = 0", {"margin": 0.5, "prior_queries": 0.0}),
     ("paired, ν = 2", {"margin": 0.5, "prior_queries": 2.0}),
     ("paired, ν = 8", {"margin": 0.5, "prior_queries": 8.0}),
-    *((f"posterior, κ = {k:g}", {"prior_strength": k}) for k in (1.5, 3.0, 5.0)),
+    *((f"posterior, κ = {k:g}" + (" (default)" if k == 3.0 else ""), {"prior_strength": k})
+      for k in (1.5, 3.0, 5.0)),
     *((f"posterior, κ = {k:g}, paired ν = 2", {"prior_strength": k, "prior_queries": 2.0})
       for k in (1.5, 3.0, 5.0)),
 )

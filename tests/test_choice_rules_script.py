@@ -18,7 +18,7 @@ def test_the_default_rule_replayed_makes_the_runs_own_choices(tmp_path, capsys):
     printed = capsys.readouterr().out
     clients = json.loads(saved.read_text())["seeds"]["0"]["clients"]
     assert len(clients) == 6 and all("refreshed" in row for row in clients.values())
-    default_rule = dict(script.RULES)["single, margin 0.5 (default)"]
+    default_rule = dict(script.RULES)["posterior, κ = 3 (default)"]
     for row in clients.values():  # the replay of the default is the run's own choice
         assert script.replay({"c": row}, default_rule)[1] == {row["chosen"]: 1}
     for _, rule in script.RULES:  # no rule beats each client's best candidate on test

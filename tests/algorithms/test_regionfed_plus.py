@@ -185,14 +185,15 @@ def _jackknife(right):
 # beats the refreshed one by 1.3 paired errors (≈ 0.138 with ν = 2:
 # √((2·0.25 + 9·0.178)/11/10)) but not by 1.3 single-score errors √(0.25/10) ≈ 0.158;
 # at 0.6 it leads by 0.1, less than one single error but more than κ·SE² = 3·0.025
-PAIRED = {"choice_margin": 1.3, "choice_error": "paired"}
-POSTERIOR = {"choice_margin": 1.0, "choice_rule": "posterior"}
+MARGIN = {"choice_rule": "margin"}
+PAIRED = {**MARGIN, "choice_margin": 1.3, "choice_error": "paired"}
+POSTERIOR = {"choice_margin": 1.0}  # the default rule: the margin is not read
 
 
 @pytest.mark.parametrize("settings, personal_score, personal_chosen, replicates_read", [
-    ({"choice_margin": 1.3}, 0.7, False, False),
+    ({**MARGIN, "choice_margin": 1.3}, 0.7, False, False),
     (PAIRED, 0.7, True, True),
-    ({"choice_margin": 1.0}, 0.6, False, False),
+    ({**MARGIN, "choice_margin": 1.0}, 0.6, False, False),
     (POSTERIOR, 0.6, True, False),
 ])
 def test_the_choices_bar_follows_the_error_and_the_rule(settings, personal_score,

@@ -110,7 +110,7 @@ def _ablation() -> tuple[Variant, ...]:
 def _plus_ablation() -> tuple[Variant, ...]:
     """regionfed-plus's switches (issue 26): without DP each of shrinkage, two-level
     personalization, the on-device refresh of the served model, the validated offset scale,
-    the margin of a client's model choice and a head-only regional part taken away or
+    the bar a client's model choice sets and a head-only regional part taken away or
     changed; under DP (σ = 1, q = 0.5) the share f of the budget given to the regional
     releases, and shrinkage and the refresh taken away."""
     dp = {"dp.mode": "user", "dp.sigma": 1.0, "dp.clip": 1.0, "training.sample_rate": 0.5}
@@ -122,7 +122,8 @@ def _plus_ablation() -> tuple[Variant, ...]:
     variants += [Variant("no validation scale", {"regionfed_plus.validation_scale": False})]
     variants += [Variant("no shrinkage, no two-level",
                          {f"regionfed_plus.{k}": v for k, v in off.items()}),
-                 Variant("no choice margin", {"regionfed_plus.choice_margin": 0.0}),
+                 Variant("no choice margin", {"regionfed_plus.choice_margin": 0.0,
+                                               "regionfed_plus.choice_prior_strength": 0.0}),
                  Variant("head-only regions", {"regionfed_plus.regional_part": "head"})]
     variants += [Variant(f"σ=1, f={f}", {**dp, "regionfed_plus.regional_share": f})
                  for f in (0.1, 0.2, 0.5)]

@@ -107,23 +107,24 @@ class RegionFedPlusConfig(BaseModel):
     #: served (θ_r) for this many local epochs on its own training split (the personal
     #: objective, proximal term towards θ_r included) — the personal model last trained
     #: when the client was sampled is stale after ~1/q rounds — and make it the choice's
-    #: default (the regional, global or kept personal model must beat it by
-    #: ``choice_margin``; the kept one wins where the served model is poor).
+    #: default (the regional, global or kept personal model must beat it by the choice's
+    #: bar, ``choice_rule``; the kept one wins where the served model is poor).
     #: On-device: no privacy cost, no change to training (the refreshed model is not
     #: kept). 0: off. Chosen on validation among {0, 3, 8} in the 8 × 1,000 federation at
     #: σ = 1 (docs/baselines.md); inactive without ``two_level``
     personal_refresh_epochs: int = Field(8, ge=0)
     #: with the refresh, the choice's default: ``refreshed`` (the refreshed model; the kept
-    #: personal model must beat it by ``choice_margin`` like the server's models) or
+    #: personal model must clear the choice's bar like the server's models) or
     #: ``on-device`` (the better of the refreshed and the kept personal model on validation,
-    #: no margin between the two — neither is expected to be the better one — and the
-    #: regional and global models must beat that one by the margin)
+    #: no bar between the two — neither is expected to be the better one — and the
+    #: regional and global models must clear the bar against that one)
     choice_default: Literal["refreshed", "on-device"] = "refreshed"
-    #: how many standard errors of the regional model's validation score a global or
-    #: personal model must beat it by to be chosen on-device (0: the plain best score); a
-    #: client's few validation examples otherwise pick a lucky model as often as a better one
+    #: with ``choice_rule: margin``, how many standard errors of the default's validation
+    #: score another candidate must beat it by to be chosen on-device (0: the plain best
+    #: score); a client's few validation examples otherwise pick a lucky model as often as a
+    #: better one
     choice_margin: float = Field(0.5, ge=0.0)
-    #: the standard error the margin counts: ``single`` — √(s₀(1 − s₀)/n), the default's
+    #: the standard error the bar counts: ``single`` — √(s₀(1 − s₀)/n), the default's
     #: score read as n independent right/wrong answers — or ``paired`` — the jackknife
     #: standard error of the two scores' difference on the same queries, moderated towards
     #: the single one by a prior worth ``choice_prior_queries`` queries (exact for a score
@@ -131,11 +132,12 @@ class RegionFedPlusConfig(BaseModel):
     #: the two models agree on most queries)
     choice_error: Literal["single", "paired"] = "single"
     choice_prior_queries: float = Field(2.0, ge=0.0)
-    #: ``margin``: a challenger must lead by ``choice_margin`` standard errors SE;
-    #: ``posterior``: by ``choice_prior_strength``·SE² — the lead at which its true lead has
-    #: a positive posterior mean under a Gaussian prior that it is behind (a small split
-    #: needs a large lead, a large one a small lead)
-    choice_rule: Literal["margin", "posterior"] = "margin"
+    #: ``posterior``: a challenger must lead by ``choice_prior_strength``·SE² — the lead at
+    #: which its true lead has a positive posterior mean under a Gaussian prior that it is
+    #: behind (a small split needs a large lead, a large one a small lead); ``margin``: by
+    #: ``choice_margin`` standard errors SE. κ = 3 was picked on replays of two DP study
+    #: points (docs/baselines.md, "The choice's bar")
+    choice_rule: Literal["margin", "posterior"] = "posterior"
     choice_prior_strength: float = Field(3.0, ge=0.0)
     #: without DP, scale each region's shrunk offset by ρ_r ∈ [0, 1] chosen every round by
     #: golden-section search (paper Alg. 3, tolerance 0.01) on the region's validation loss:
