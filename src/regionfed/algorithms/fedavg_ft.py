@@ -5,10 +5,12 @@ Learning by Local Adaptation"; the "FedAvg + FT" baseline of Oh et al., 2022, §
 Training is FedAvg's (DP-FedAvg under DP). At an evaluation, client u fine-tunes θ for
 ``finetune_epochs`` epochs on F_u (its own training data, its own shuffling stream; the
 result is not kept) and is evaluated with the fine-tuned model v_u unless θ beats v_u on the
-client's own validation split by ``choice_margin`` standard errors — the same on-device rule
-as ``regionfed-plus`` with ``regionfed_plus.personal_refresh_epochs`` (there v_u starts from
-the regional model θ_r). Nothing leaves the device: no privacy cost. With both methods at
-the same number of epochs, the difference between them is what the regions add.
+client's own validation split by ``choice_margin`` standard errors — the on-device choice of
+``regionfed-plus`` with ``regionfed_plus.personal_refresh_epochs`` (there v_u starts from
+the regional model θ_r) under its ``choice_rule: margin``. plus's default bar (κ·SE²) was
+chosen for where a kept personal model competes with the refreshed one; fedavg-ft keeps no
+personal model. Nothing leaves the device: no privacy cost. With both methods at the same
+number of epochs, the difference between them is what the regions add.
 """
 
 from __future__ import annotations
