@@ -176,6 +176,34 @@ def test_with_an_on_device_default_the_kept_personal_model_needs_no_margin_over_
         RegionFedPlusConfig(choice_default="personal")
 
 
+def test_if_served_holds_makes_the_kept_model_a_peer_only_where_it_beats_the_served_one():
+    """``choice_default: if-served-holds``: the client first compares the served θ_r with
+    its kept personal model (scores read served, personal) under the choice's own bar
+    (posterior κ = 3, 10 examples: 3·s₀(1 − s₀)/10 = 0.075 at s₀ = 0.5); then the four
+    candidates, read in the order of ``on-device`` (refreshed, personal, regional, global)
+    or of ``refreshed`` (refreshed, regional, global, personal)."""
+    clients, view = _shifted()
+    strategy = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
+                                                 personal_lambda=0.0,
+                                                 choice_default="if-served-holds"),
+                             server_lr=1.0)
+    run_rounds(strategy, clients, view, rounds=1)
+    client = clients["a/0"]
+    kept = torch.tensor([-5.0, -5.0])
+    client.state["personal"] = kept
+    # θ_r far below the kept model: the two on-device models are peers, the better one wins
+    client.score_ = [0.5, 0.7] + [0.6, 0.62, 0.4, 0.4]
+    assert strategy.eval_params("a/0", "a", client) is kept
+    # θ_r within the bar of the kept model: the refreshed model stays the default
+    client.score_ = [0.5, 0.55] + [0.6, 0.4, 0.4, 0.62]
+    assert strategy.eval_params("a/0", "a", client) is not kept
+    assert strategy.evaluation_diagnostics()["choices"]["a"]["refreshed"] == 1
+    served = strategy.regional_params("a")
+    for scores, loses in (([0.5, 0.7], True), ([0.5, 0.55], False), ([0.7, 0.5], False)):
+        client.score_ = list(scores)
+        assert strategy.served_loses(served, kept, client) is loses
+
+
 def _jackknife(right):
     """The jackknife of an accuracy: the mean of the other answers, for each answer."""
     return (right.sum() - right) / (len(right) - 1)

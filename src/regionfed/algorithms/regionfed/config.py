@@ -117,8 +117,11 @@ class RegionFedPlusConfig(BaseModel):
     #: personal model must clear the choice's bar like the server's models) or
     #: ``on-device`` (the better of the refreshed and the kept personal model on validation,
     #: no bar between the two — neither is expected to be the better one — and the
-    #: regional and global models must clear the bar against that one)
-    choice_default: Literal["refreshed", "on-device"] = "refreshed"
+    #: regional and global models must clear the bar against that one) or
+    #: ``if-served-holds`` (``refreshed`` where the served θ_r holds up against the kept
+    #: personal model on the client's validation split, ``on-device`` where the kept one
+    #: beats θ_r by the choice's bar: the model the refresh starts from is poor there)
+    choice_default: Literal["refreshed", "on-device", "if-served-holds"] = "refreshed"
     #: with ``choice_rule: margin``, how many standard errors of the default's validation
     #: score another candidate must beat it by to be chosen on-device (0: the plain best
     #: score); a client's few validation examples otherwise pick a lucky model as often as a

@@ -269,16 +269,33 @@ class RegionFedPlus(Strategy):
             # a model just fine-tuned from θ_r on the client's own data is the default
             # (expected at least as good as θ_r there); the others must prove themselves
             candidates["refreshed"] = self.refreshed_candidate(regional, client)
-        config = self.config
-        choice = choose_on_validation(
-            candidates, client, config.choice_margin, self.choice_order,
-            peers=self.choice_peers,
-            prior_queries=config.choice_prior_queries if config.choice_error == "paired"
-            else None,
-            prior_strength=config.choice_prior_strength if config.choice_rule == "posterior"
-            else None)
+        order, peers = self.choice_order, self.choice_peers
+        if "refreshed" in candidates and self.config.choice_default == "if-served-holds" \
+                and self.served_loses(regional, candidates["personal"], client):
+            order, peers = ON_DEVICE_ORDER, 2
+        choice = choose_on_validation(candidates, client, order=order, peers=peers,
+                                      **self.choice_bar)
         self.choices[client_id] = choice
         return candidates[choice]
+
+    @property
+    def choice_bar(self) -> dict[str, Any]:
+        """:func:`choose_on_validation`'s bar settings (``choice_rule``, ``choice_error``)."""
+        config = self.config
+        return {"margin": config.choice_margin,
+                "prior_queries": config.choice_prior_queries
+                if config.choice_error == "paired" else None,
+                "prior_strength": config.choice_prior_strength
+                if config.choice_rule == "posterior" else None}
+
+    def served_loses(self, served: torch.Tensor, personal: torch.Tensor,
+                     client: ClientContext) -> bool:
+        """Whether the client's kept personal model beats the served θ_r on its validation
+        split by the choice's bar — the evidence, on the device, that fine-tuning from θ_r
+        (the refreshed model) is not the safe default here (``choice_default:
+        if-served-holds``)."""
+        pair = {"served": served, "personal": personal}
+        return choose_on_validation(pair, client, **self.choice_bar) == "personal"
 
     def refreshed_candidate(self, regional: torch.Tensor, client: ClientContext
                             ) -> torch.Tensor:
