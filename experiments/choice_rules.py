@@ -38,7 +38,9 @@ from regionfed.models.registry import build_task
 from regionfed.runtime.evaluation import FederationEvaluator
 from regionfed.runtime.params import set_flat
 
-#: (label, choose_on_validation's keywords besides the candidates and client)
+#: (label, choose_on_validation's keywords besides the candidates and client; with
+#: ``served_check``, ``choice_default: if-served-holds`` — the refreshed and kept personal
+#: models are peers for a client whose kept model beats the served θ_r by the same bar)
 RULES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("single, margin 0.5", {"margin": 0.5}),
     ("single, margin 0", {"margin": 0.0}),
@@ -46,8 +48,9 @@ RULES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("paired, ν = 0", {"margin": 0.5, "prior_queries": 0.0}),
     ("paired, ν = 2", {"margin": 0.5, "prior_queries": 2.0}),
     ("paired, ν = 8", {"margin": 0.5, "prior_queries": 8.0}),
-    *((f"posterior, κ = {k:g}" + (" (default)" if k == 3.0 else ""), {"prior_strength": k})
-      for k in (1.5, 3.0, 5.0)),
+    *((f"posterior, κ = {k:g}", {"prior_strength": k}) for k in (1.5, 3.0, 5.0)),
+    ("posterior, κ = 3, if served holds (default)", {"prior_strength": 3.0,
+                                                     "served_check": True}),
     *((f"posterior, κ = {k:g}, paired ν = 2", {"prior_strength": k, "prior_queries": 2.0})
       for k in (1.5, 3.0, 5.0)),
 )
@@ -125,15 +128,20 @@ def test_percent(picked: list[dict[str, Any]]) -> float:
 def replay(clients: dict[str, dict[str, Any]], rule: dict[str, Any]
            ) -> tuple[float, Counter[str]]:
     """(the clients' test Overall under ``rule`` in %, how many chose each candidate)."""
+    bar = {key: value for key, value in rule.items() if key not in ("peers", "served_check")}
     choices: list[str] = []
     for row in clients.values():
         candidates = {name: torch.zeros(1) for name in REFRESHED_ORDER if name in row}
-        names = {id(tensor): name for name, tensor in candidates.items()}
-        on_device = "refreshed" in row and rule.get("peers", 1) == 2
+        client = ReplayClient(row, {id(tensor): name for name, tensor in candidates.items()})
+        on_device = "refreshed" in row and (
+            rule.get("peers", 1) == 2
+            or rule.get("served_check", False) and choose_on_validation(
+                {"served": candidates["regional"], "personal": candidates["personal"]},
+                client, **bar) == "personal")  # type: ignore[arg-type]
         choices.append(choose_on_validation(
-            candidates, ReplayClient(row, names),  # type: ignore[arg-type]
-            order=ON_DEVICE_ORDER if on_device else None,
-            **{**rule, "peers": 2 if on_device else 1}))
+            candidates, client,  # type: ignore[arg-type]
+            order=ON_DEVICE_ORDER if on_device else None, peers=2 if on_device else 1,
+            **bar))
     picked = [row[choice] for row, choice in zip(clients.values(), choices, strict=True)]
     return test_percent(picked), Counter(choices)
 

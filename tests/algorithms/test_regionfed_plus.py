@@ -108,7 +108,8 @@ def test_a_refreshed_candidate_is_trained_from_the_served_model_and_not_kept():
     θ_r + (1 − 0.5³)(t − θ_r); the kept personal model stays a candidate, unchanged."""
     clients, view = _shifted()
     strategy = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
-                                                 personal_lambda=0.0), server_lr=1.0)
+                                                 personal_lambda=0.0,
+                                                 choice_default="refreshed"), server_lr=1.0)
     run_rounds(strategy, clients, view, rounds=1)
     client = clients["a/0"]
     kept = torch.tensor([-5.0, -5.0])
@@ -117,8 +118,8 @@ def test_a_refreshed_candidate_is_trained_from_the_served_model_and_not_kept():
     want = served + (1 - 0.5 ** 3) * (client.target - served)
     assert torch.allclose(strategy.refreshed_candidate(served, client), want)
     # the refreshed model is the choice's default: scores are read refreshed, regional,
-    # global, personal; one standard error at 0.5 on 10 examples is ≈ 0.158, the margin 0.5
-    client.score_ = [0.5, 0.55, 0.4, 0.55]  # others ahead by less than the margin
+    # global, personal; the bar at 0.5 on 10 examples is κ·s₀(1 − s₀)/n = 0.075
+    client.score_ = [0.5, 0.55, 0.4, 0.55]  # others ahead by less than the bar
     assert torch.allclose(strategy.eval_params("a/0", "a", client), want)
     client.score_ = [0.5, 0.6, 0.4, 0.55]  # the regional model ahead by more
     assert torch.equal(strategy.eval_params("a/0", "a", client), served)
@@ -165,9 +166,9 @@ def test_with_an_on_device_default_the_kept_personal_model_needs_no_margin_over_
         {"refreshed": 0, "personal": 1, "regional": 0, "global": 0}
     client.score_ = [0.5, 0.55, 0.65, 0.4]  # the regional model past the margin
     assert torch.equal(strategy.eval_params("a/0", "a", client), served)
-    # the default rule keeps the refreshed model where the personal one is only slightly ahead
-    default = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
-                                                personal_lambda=0.0), server_lr=1.0)
+    # ``refreshed`` keeps the refreshed model where the personal one is only slightly ahead
+    default = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0,
+                                                choice_default="refreshed"), server_lr=1.0)
     run_rounds(default, clients, view, rounds=1)
     client.state["personal"] = kept
     client.score_ = [0.5, 0.4, 0.4, 0.55]  # refreshed, regional, global, personal
@@ -181,12 +182,11 @@ def test_if_served_holds_makes_the_kept_model_a_peer_only_where_it_beats_the_ser
     its kept personal model (scores read served, personal) under the choice's own bar
     (posterior κ = 3, 10 examples: 3·s₀(1 − s₀)/10 = 0.075 at s₀ = 0.5); then the four
     candidates, read in the order of ``on-device`` (refreshed, personal, regional, global)
-    or of ``refreshed`` (refreshed, regional, global, personal)."""
+    or of ``refreshed`` (refreshed, regional, global, personal). The default rule."""
+    assert RegionFedPlusConfig().choice_default == "if-served-holds"
     clients, view = _shifted()
     strategy = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
-                                                 personal_lambda=0.0,
-                                                 choice_default="if-served-holds"),
-                             server_lr=1.0)
+                                                 personal_lambda=0.0), server_lr=1.0)
     run_rounds(strategy, clients, view, rounds=1)
     client = clients["a/0"]
     kept = torch.tensor([-5.0, -5.0])
@@ -228,7 +228,8 @@ def test_the_choices_bar_follows_the_error_and_the_rule(settings, personal_score
                                                        personal_chosen, replicates_read):
     clients, view = _shifted()
     kept = torch.tensor([-5.0, -5.0])
-    config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0, **settings)
+    config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0,
+                                 choice_default="refreshed", **settings)
     strategy = RegionFedPlus(config, server_lr=1.0)
     run_rounds(strategy, clients, view, rounds=1)
     client = clients["a/0"]
