@@ -14,7 +14,9 @@ published variant's ``results.json`` and ``privacy.json``; the rerun's own confi
 kept beside it (``config-<method>.yaml``, named with the commit under ``reruns`` in
 ``results.json``), the
 study's rows, CSV and plot are rebuilt, and ``study.json`` gains a ``reruns`` entry (method,
-variants, commit, command) that ``regionfed report --results-doc`` prints under the study:
+variants, commit, and the command that retrains them from ``config-<method>.yaml``, which
+holds every setting the rerun ran with, ``--set`` included) that ``regionfed report
+--results-doc`` prints under the study:
 the other rows stay the earlier runs', trained by the code that trained them.
 """
 
@@ -87,15 +89,18 @@ def main(argv: list[str] | None = None) -> int:
         if entry["variants"]:
             reruns.append(entry)
     # reruns of one method by one commit are one entry, its variants in the study's order
+    # the command that retrains a row: the rerun's own configuration, kept beside it, holds
+    # every setting it ran with (a --set on the command line included)
+    command = (f"regionfed run --config {args.study_folder}/<variant>/config-{args.method}.yaml"
+               f" --methods {args.method}")
     same = [e for e in reruns if (e["method"], e["commit"]) == (args.method, args.commit)]
     if same:
         joined = set(same[0]["variants"]) | set(merged)
         same[0]["variants"] = [v.label for v in study.variants if v.label in joined]
+        same[0]["command"] = command
     else:
-        reruns.append({
-            "method": args.method, "variants": merged, "commit": args.commit,
-            "command": f"regionfed run --config {args.study_folder}/<variant>/config.yaml "
-                       f"--methods {args.method}"})
+        reruns.append({"method": args.method, "variants": merged, "commit": args.commit,
+                       "command": command})
     record["reruns"] = reruns
     write_study(record, args.study_folder)
     print(f"{study.name}: {args.method} rerun merged into {', '.join(merged)}")

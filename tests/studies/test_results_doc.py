@@ -295,6 +295,9 @@ def test_a_rerun_of_one_method_replaces_its_rows_and_is_disclosed(studies, tmp_p
     assert changed[0][1]["overall"] == rerun_results["methods"]["regionfed-plus"]["overall"]
     assert after["reruns"][0]["commit"] == "abc1234"
     assert (published / "a_D-1.0" / "config-regionfed-plus.yaml").exists()
+    # the command retrains from the rerun's own configuration (its --set options included)
+    assert after["reruns"][0]["command"] == (f"regionfed run --config {published}/<variant>/"
+                                             "config-regionfed-plus.yaml --methods regionfed-plus")
     doc = tmp_path / "results.md"
     assert main(["report", "--results-doc", str(doc), str(published)]) == 0
     assert "Rerun: regionfed-plus at α_D=1.0, trained by commit abc1234" in doc.read_text()
