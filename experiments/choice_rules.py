@@ -48,9 +48,9 @@ RULES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("paired, ν = 0", {"margin": 0.5, "prior_queries": 0.0}),
     ("paired, ν = 2", {"margin": 0.5, "prior_queries": 2.0}),
     ("paired, ν = 8", {"margin": 0.5, "prior_queries": 8.0}),
-    *((f"posterior, κ = {k:g}", {"prior_strength": k}) for k in (1.5, 3.0, 5.0)),
-    ("posterior, κ = 3, if served holds (default)", {"prior_strength": 3.0,
-                                                     "served_check": True}),
+    *((f"posterior, κ = {k:g}" + (" (default)" if k == 3.0 else ""), {"prior_strength": k})
+      for k in (1.5, 3.0, 5.0)),
+    ("posterior, κ = 3, if served holds", {"prior_strength": 3.0, "served_check": True}),
     *((f"posterior, κ = {k:g}, paired ν = 2", {"prior_strength": k, "prior_queries": 2.0})
       for k in (1.5, 3.0, 5.0)),
 )

@@ -18,7 +18,7 @@ def test_the_default_rule_replayed_makes_the_runs_own_choices(tmp_path, capsys):
     printed = capsys.readouterr().out
     clients = json.loads(saved.read_text())["seeds"]["0"]["clients"]
     assert len(clients) == 6 and all("refreshed" in row for row in clients.values())
-    default_rule = dict(script.RULES)["posterior, κ = 3, if served holds (default)"]
+    default_rule = dict(script.RULES)["posterior, κ = 3 (default)"]
     for row in clients.values():  # the replay of the default is the run's own choice
         assert script.replay({"c": row}, default_rule)[1] == {row["chosen"]: 1}
     for _, rule in script.RULES:  # no rule beats each client's best candidate on test
@@ -40,8 +40,8 @@ def test_the_served_check_makes_the_kept_model_a_peer_where_it_beats_the_served_
     row = {"n": 10, **{name: {"val": val, "jackknife": [], "test": val, "test_n": 10}
                        for name, val in (("refreshed", 0.65), ("regional", 0.5),
                                          ("global", 0.4), ("personal", 0.7))}}
-    assert script.replay({"c": row}, rules["posterior, κ = 3"])[1] == {"refreshed": 1}
-    default = rules["posterior, κ = 3, if served holds (default)"]
-    assert script.replay({"c": row}, default)[1] == {"personal": 1}
+    assert script.replay({"c": row}, rules["posterior, κ = 3 (default)"])[1] == {"refreshed": 1}
+    served_check = rules["posterior, κ = 3, if served holds"]
+    assert script.replay({"c": row}, served_check)[1] == {"personal": 1}
     row["regional"]["val"] = 0.65  # θ_r holds up: the refreshed model stays the default
-    assert script.replay({"c": row}, default)[1] == {"refreshed": 1}
+    assert script.replay({"c": row}, served_check)[1] == {"refreshed": 1}

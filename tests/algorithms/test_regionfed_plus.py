@@ -182,11 +182,13 @@ def test_if_served_holds_makes_the_kept_model_a_peer_only_where_it_beats_the_ser
     its kept personal model (scores read served, personal) under the choice's own bar
     (posterior κ = 3, 10 examples: 3·s₀(1 − s₀)/10 = 0.075 at s₀ = 0.5); then the four
     candidates, read in the order of ``on-device`` (refreshed, personal, regional, global)
-    or of ``refreshed`` (refreshed, regional, global, personal). The default rule."""
-    assert RegionFedPlusConfig().choice_default == "if-served-holds"
+    or of ``refreshed`` (refreshed, regional, global, personal)."""
+    assert RegionFedPlusConfig().choice_default == "refreshed"
     clients, view = _shifted()
     strategy = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
-                                                 personal_lambda=0.0), server_lr=1.0)
+                                                 personal_lambda=0.0,
+                                                 choice_default="if-served-holds"),
+                             server_lr=1.0)
     run_rounds(strategy, clients, view, rounds=1)
     client = clients["a/0"]
     kept = torch.tensor([-5.0, -5.0])
