@@ -122,9 +122,9 @@ class RegionFedPlusConfig(BaseModel):
     #: personal model on the client's validation split, ``on-device`` where the kept one
     #: beats θ_r by the choice's bar: the model the refresh starts from is poor there).
     #: ``if-served-holds`` closes the gap to local training in 5-client regions at σ = 1
-    #: but costs 10 points in the 8 × 1,000 federation at σ = 16, where a 2-query split
-    #: lets a stale personal model "beat" a poor θ_r by chance (docs/baselines.md, "The
-    #: choice's default"): an option
+    #: but cost 10 points in the 8 × 1,000 federation at σ = 16 (about 2 validation
+    #: queries a client: likely many stale personal models "beating" a poor θ_r by chance;
+    #: docs/baselines.md, "The choice's default"): an option
     choice_default: Literal["refreshed", "on-device", "if-served-holds"] = "refreshed"
     #: with ``choice_rule: margin``, how many standard errors of the default's validation
     #: score another candidate must beat it by to be chosen on-device (0: the plain best
