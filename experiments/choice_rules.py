@@ -135,9 +135,9 @@ def replay(clients: dict[str, dict[str, Any]], rule: dict[str, Any]
         client = ReplayClient(row, {id(tensor): name for name, tensor in candidates.items()})
         on_device = "refreshed" in row and (
             rule.get("peers", 1) == 2
-            or (rule.get("served_check", False) and choose_on_validation(
-                {"served": candidates["regional"], "personal": candidates["personal"]},
-                client, **bar) == "personal"))  # type: ignore[arg-type]
+            or (rule.get("served_check", False) and plus_module.kept_beats_served(
+                candidates["regional"], candidates["personal"], client,  # type: ignore[arg-type]
+                **bar)))
         choices.append(choose_on_validation(
             candidates, client,  # type: ignore[arg-type]
             order=ON_DEVICE_ORDER if on_device else None, peers=2 if on_device else 1,

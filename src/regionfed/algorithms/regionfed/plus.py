@@ -76,6 +76,14 @@ ON_DEVICE_ORDER = ("refreshed", "personal", "regional", "global")
 SCALE_TOLERANCE = 0.01
 
 
+def kept_beats_served(served: torch.Tensor, personal: torch.Tensor, client: ClientContext,
+                      **bar: Any) -> bool:
+    """Whether the kept personal model beats the served θ_r on the client's validation split
+    by ``bar`` (:func:`choose_on_validation`'s bar keywords; θ_r the default)."""
+    pair = {"served": served, "personal": personal}
+    return choose_on_validation(pair, client, **bar) == "personal"
+
+
 class RegionFedPlus(Strategy):
     """Global model + noise-aware shrunk regional offsets + personal models (module doc)."""
 
@@ -294,8 +302,7 @@ class RegionFedPlus(Strategy):
         split by the choice's bar — the evidence, on the device, that fine-tuning from θ_r
         (the refreshed model) is not the safe default here (``choice_default:
         if-served-holds``)."""
-        pair = {"served": served, "personal": personal}
-        return choose_on_validation(pair, client, **self.choice_bar) == "personal"
+        return kept_beats_served(served, personal, client, **self.choice_bar)
 
     def refreshed_candidate(self, regional: torch.Tensor, client: ClientContext
                             ) -> torch.Tensor:
