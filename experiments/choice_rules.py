@@ -40,7 +40,8 @@ from regionfed.runtime.params import set_flat
 
 #: (label, choose_on_validation's keywords besides the candidates and client; with
 #: ``served_check``, ``choice_default: if-served-holds`` — the refreshed and kept personal
-#: models are peers for a client whose kept model beats the served θ_r by the same bar)
+#: models are peers for a client whose kept model beats the served θ_r by the same bar,
+#: with ``served_variance`` the check's ``score_variance``)
 RULES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("single, margin 0.5", {"margin": 0.5}),
     ("single, margin 0", {"margin": 0.0}),
@@ -51,6 +52,9 @@ RULES: tuple[tuple[str, dict[str, Any]], ...] = (
     *((f"posterior, κ = {k:g}" + (" (default)" if k == 3.0 else ""), {"prior_strength": k})
       for k in (1.5, 3.0, 5.0)),
     ("posterior, κ = 3, if served holds", {"prior_strength": 3.0, "served_check": True}),
+    ("posterior, κ = 3, if served holds, worst-case variance",
+     {"prior_strength": 3.0, "served_check": True,
+      "served_variance": plus_module.WORST_CASE_SCORE_VARIANCE}),
     *((f"posterior, κ = {k:g}, paired ν = 2", {"prior_strength": k, "prior_queries": 2.0})
       for k in (1.5, 3.0, 5.0)),
 )
@@ -128,7 +132,8 @@ def test_percent(picked: list[dict[str, Any]]) -> float:
 def replay(clients: dict[str, dict[str, Any]], rule: dict[str, Any]
            ) -> tuple[float, Counter[str]]:
     """(the clients' test Overall under ``rule`` in %, how many chose each candidate)."""
-    bar = {key: value for key, value in rule.items() if key not in ("peers", "served_check")}
+    bar = {key: value for key, value in rule.items()
+           if key not in ("peers", "served_check", "served_variance")}
     choices: list[str] = []
     for row in clients.values():
         candidates = {name: torch.zeros(1) for name in REFRESHED_ORDER if name in row}
@@ -137,7 +142,7 @@ def replay(clients: dict[str, dict[str, Any]], rule: dict[str, Any]
             rule.get("peers", 1) == 2
             or (rule.get("served_check", False) and plus_module.kept_beats_served(
                 candidates["regional"], candidates["personal"], client,  # type: ignore[arg-type]
-                **bar)))
+                score_variance=rule.get("served_variance"), **bar)))
         choices.append(choose_on_validation(
             candidates, client,  # type: ignore[arg-type]
             order=ON_DEVICE_ORDER if on_device else None, peers=2 if on_device else 1,

@@ -45,3 +45,10 @@ def test_the_served_check_makes_the_kept_model_a_peer_where_it_beats_the_served_
     assert script.replay({"c": row}, served_check)[1] == {"personal": 1}
     row["regional"]["val"] = 0.65  # θ_r holds up: the refreshed model stays the default
     assert script.replay({"c": row}, served_check)[1] == {"refreshed": 1}
+    # θ_r right on none of the 10: the choice's bar is 0 and a kept model at 0.05 beats it;
+    # with the worst-case variance the check asks 3·0.25/10 = 0.075
+    row["regional"]["val"], row["personal"]["val"] = 0.0, 0.05
+    row["refreshed"]["val"], row["global"]["val"] = 0.04, 0.0
+    assert script.replay({"c": row}, served_check)[1] == {"personal": 1}
+    worst_case = rules["posterior, κ = 3, if served holds, worst-case variance"]
+    assert script.replay({"c": row}, worst_case)[1] == {"refreshed": 1}

@@ -78,17 +78,18 @@ def test_the_paired_error_of_an_accuracy_is_the_sample_error_of_the_per_query_di
     per_query = np.subtract(a, b)
     sample = float(np.std(per_query, ddof=1) / np.sqrt(10))
     s0 = float(np.mean(b))
+    bound = s0 * (1 - s0)
     # no prior: the paired sample error, smaller than the single score's √(s₀(1 − s₀)/n)
-    assert paired_standard_error(difference, s0, 10, 0.0) == pytest.approx(sample)
+    assert paired_standard_error(difference, bound, 10, 0.0) == pytest.approx(sample)
     assert sample < np.sqrt(s0 * (1 - s0) / 10)
     # a prior worth ν queries pulls the per-query variance towards s₀(1 − s₀)
     moderated = (2 * s0 * (1 - s0) + 9 * sample ** 2 * 10) / 11
-    assert paired_standard_error(difference, s0, 10, 2.0) == \
+    assert paired_standard_error(difference, bound, 10, 2.0) == \
         pytest.approx(np.sqrt(moderated / 10))
-    assert paired_standard_error(difference, s0, 10, 1e9) == \
-        pytest.approx(np.sqrt(s0 * (1 - s0) / 10))
+    assert paired_standard_error(difference, bound, 10, 1e9) == \
+        pytest.approx(np.sqrt(bound / 10))
     # one query (no replicates): the single-score error
-    assert paired_standard_error(np.zeros(0), 0.5, 1, 2.0) == pytest.approx(0.5)
+    assert paired_standard_error(np.zeros(0), 0.25, 1, 2.0) == pytest.approx(0.5)
 
 
 def test_a_model_ahead_on_the_same_queries_passes_a_paired_margin_a_single_one_refuses():
@@ -131,3 +132,19 @@ def test_with_a_posterior_bar_a_small_split_needs_a_large_lead_and_a_large_one_a
         client.score_ = [0.5, 0.5 + lead]
         assert choose_on_validation(candidates, client, margin=0.5,
                                     prior_strength=3.0) == by_posterior
+
+
+def test_a_score_variance_keeps_the_bar_where_the_default_scores_zero():
+    """4 queries, the default right on none: s₀(1 − s₀) = 0 makes any lead pass the bar;
+    with the per-query variance at its maximum 1/4, κ = 3 asks a lead of 3·0.25/4 = 0.1875
+    (0.15 fails, one right query, 0.25, passes) and a margin of 1 SE asks √(0.25/4) = 0.25."""
+    candidates = {"served": torch.zeros(2), "personal": torch.ones(2)}
+    client = QuadraticClient("u", "a", 4, torch.zeros(2))
+    for lead, bar, variance, chosen in ((0.15, {"prior_strength": 3.0}, None, "personal"),
+                                        (0.15, {"prior_strength": 3.0}, 0.25, "served"),
+                                        (0.25, {"prior_strength": 3.0}, 0.25, "personal"),
+                                        (0.2, {"margin": 1.0}, None, "personal"),
+                                        (0.2, {"margin": 1.0}, 0.25, "served")):
+        client.score_ = [0.0, lead]
+        assert choose_on_validation(candidates, client, score_variance=variance,
+                                    **bar) == chosen

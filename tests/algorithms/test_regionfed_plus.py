@@ -206,6 +206,28 @@ def test_if_served_holds_makes_the_kept_model_a_peer_only_where_it_beats_the_ser
         assert strategy.served_loses(served, kept, client) is loses
 
 
+def test_a_worst_case_served_check_asks_a_lead_even_where_the_served_model_scores_zero():
+    """θ_r right on none of 10 validation queries: the choice's bar 3·s₀(1 − s₀)/10 is 0, so
+    a kept model right on one (0.1) or even half of one (0.05) query's worth beats it;
+    ``served_check_variance: worst-case`` asks 3·0.25/10 = 0.075 whatever θ_r scores."""
+    clients, view = _shifted()
+    checks = {}
+    for variance in ("score", "worst-case"):
+        strategy = RegionFedPlus(RegionFedPlusConfig(
+            personal_refresh_epochs=3, choice_default="if-served-holds",
+            served_check_variance=variance), server_lr=1.0)
+        run_rounds(strategy, clients, view, rounds=1)
+        served, client = strategy.regional_params("a"), clients["a/0"]
+        checks[variance] = []
+        for kept_score in (0.05, 0.1):
+            client.score_ = [0.0, kept_score]
+            checks[variance].append(strategy.served_loses(served, torch.ones(2), client))
+    assert checks == {"score": [True, True], "worst-case": [False, True]}
+    assert RegionFedPlusConfig().served_check_variance == "score"
+    with pytest.raises(ValueError):
+        RegionFedPlusConfig(served_check_variance="max")
+
+
 def _jackknife(right):
     """The jackknife of an accuracy: the mean of the other answers, for each answer."""
     return (right.sum() - right) / (len(right) - 1)

@@ -15,12 +15,15 @@ from regionfed.algorithms.base import ClientContext, FederationView
 def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientContext,
                          margin: float = 0.0, order: tuple[str, ...] | None = None,
                          peers: int = 1, prior_queries: float | None = None,
-                         prior_strength: float | None = None) -> str:
+                         prior_strength: float | None = None,
+                         score_variance: float | None = None) -> str:
     """The candidate with the best validation score on the client's own split, where any
     candidate other than the default must beat the default's score s₀ by ``margin``
     standard errors SE (ties: ``order``, which defaults to the candidates' own order).
     SE is √(s₀(1 − s₀)/n) of the default's score, or with ``prior_queries`` the paired one
-    of the two scores' difference (:func:`paired_standard_error`). With ``prior_strength``
+    of the two scores' difference (:func:`paired_standard_error`); ``score_variance``
+    replaces the per-query variance s₀(1 − s₀) in both (e.g. 1/4, its maximum, which does
+    not vanish when a few queries put s₀ at 0 or 1). With ``prior_strength``
     κ the bar is κ·SE² instead (:func:`posterior_bar`: the challenger's gap has a positive
     posterior mean). The default is the best-scoring of the first ``peers`` candidates of
     ``order`` present (no margin among them; ties: ``order``) — with ``peers=1`` simply the
@@ -38,7 +41,8 @@ def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientCont
         scores[name] = score_sum / count
     default = max(present[:peers], key=scores.__getitem__)  # max keeps the first of ties
     s0 = min(max(scores[default], 0.0), 1.0)
-    single_error = float(np.sqrt(s0 * (1.0 - s0) / count))
+    variance = s0 * (1.0 - s0) if score_variance is None else score_variance
+    single_error = float(np.sqrt(variance / count))
     default_replicates: np.ndarray | None = None  # the default's jackknife, computed once
     best = default
     for name in present:
@@ -49,7 +53,7 @@ def choose_on_validation(candidates: dict[str, torch.Tensor], client: ClientCont
             if default_replicates is None:
                 default_replicates = client.validation_leave_one_out(candidates[default])
             difference = client.validation_leave_one_out(candidates[name]) - default_replicates
-            error = paired_standard_error(difference, s0, count, prior_queries)
+            error = paired_standard_error(difference, variance, count, prior_queries)
         bar = margin * error if prior_strength is None else posterior_bar(error,
                                                                            prior_strength)
         if scores[name] >= scores[default] + bar and \
@@ -68,8 +72,8 @@ def posterior_bar(standard_error: float, prior_strength: float) -> float:
     return prior_strength * standard_error ** 2
 
 
-def paired_standard_error(difference: np.ndarray, s0: float, n: int, prior_queries: float
-                          ) -> float:
+def paired_standard_error(difference: np.ndarray, prior_variance: float, n: int,
+                          prior_queries: float) -> float:
     """The standard error of the difference of two validation scores taken on the same
     ``n`` queries, √(ṽ/n), from ``difference``: d₍ᵢ₎, the difference without query i (the
     two scores' jackknife replicates, :meth:`ClientContext.validation_leave_one_out`).
@@ -77,11 +81,11 @@ def paired_standard_error(difference: np.ndarray, s0: float, n: int, prior_queri
     (Efron & Stein 1981: any score, an F1 too; for a mean over queries it is the sample
     variance of the per-query differences).
     With few queries v̂ is itself noisy (two queries that agree give 0), so it is moderated
-    towards the single-score bound s₀(1 − s₀) as a prior worth ν = ``prior_queries``
-    queries (Smyth 2004): ṽ = (ν·s₀(1 − s₀) + (n − 1)·v̂)/(ν + n − 1) — the single-score
-    rule for one query or ν → ∞, the paired one as the queries grow."""
+    towards ``prior_variance`` v₀ — the single-score bound s₀(1 − s₀) — as a prior worth
+    ν = ``prior_queries`` queries (Smyth 2004): ṽ = (ν·v₀ + (n − 1)·v̂)/(ν + n − 1) — the
+    single-score rule for one query or ν → ∞, the paired one as the queries grow."""
     dof = max(len(difference) - 1, 0)
-    prior = s0 * (1.0 - s0)
+    prior = prior_variance
     if dof == 0:
         return float(np.sqrt(prior / n))
     jackknife = dof * float(np.sum((difference - difference.mean()) ** 2))

@@ -126,6 +126,10 @@ class RegionFedPlusConfig(BaseModel):
     #: queries a client: likely many stale personal models "beating" a poor θ_r by chance;
     #: docs/baselines.md, "The choice's default"): an option
     choice_default: Literal["refreshed", "on-device", "if-served-holds"] = "refreshed"
+    #: with ``if-served-holds``, the per-query variance of θ_r's validation score in the
+    #: served check's bar: ``score`` — s₀(1 − s₀), the choice's own, which vanishes when a
+    #: 2-query split puts θ_r's score at 0 — or ``worst-case`` — 1/4, its maximum
+    served_check_variance: Literal["score", "worst-case"] = "score"
     #: with ``choice_rule: margin``, how many standard errors of the default's validation
     #: score another candidate must beat it by to be chosen on-device (0: the plain best
     #: score); a client's few validation examples otherwise pick a lucky model as often as a

@@ -72,6 +72,8 @@ CANDIDATES = ("regional", "global", "personal")
 REFRESHED_ORDER = ("refreshed", "regional", "global", "personal")
 #: ``choice_default: on-device``: the better of the first two is the default
 ON_DEVICE_ORDER = ("refreshed", "personal", "regional", "global")
+#: the largest per-query variance of a score in [0, 1] (a right/wrong answer at rate 1/2)
+WORST_CASE_SCORE_VARIANCE = 0.25
 #: bracket width at which the search for a region's offset scale ρ_r stops (paper Alg. 3's)
 SCALE_TOLERANCE = 0.01
 
@@ -301,8 +303,12 @@ class RegionFedPlus(Strategy):
         """Whether the client's kept personal model beats the served θ_r on its validation
         split by the choice's bar — the evidence, on the device, that fine-tuning from θ_r
         (the refreshed model) is not the safe default here (``choice_default:
-        if-served-holds``)."""
-        return kept_beats_served(served, personal, client, **self.choice_bar)
+        if-served-holds``; with ``served_check_variance: worst-case`` the bar's per-query
+        variance is 1/4 whatever θ_r scores)."""
+        bar = self.choice_bar
+        if self.config.served_check_variance == "worst-case":
+            bar["score_variance"] = WORST_CASE_SCORE_VARIANCE
+        return kept_beats_served(served, personal, client, **bar)
 
     def refreshed_candidate(self, regional: torch.Tensor, client: ClientContext
                             ) -> torch.Tensor:
