@@ -121,10 +121,10 @@ class RegionFedPlusConfig(BaseModel):
     #: ``if-served-holds`` (``refreshed`` where the served θ_r holds up against the kept
     #: personal model on the client's validation split, ``on-device`` where the kept one
     #: beats θ_r by the choice's bar: the model the refresh starts from is poor there).
-    #: ``if-served-holds`` closes the gap to local training in 5-client regions at σ = 1
-    #: but cost 10 points in the 8 × 1,000 federation at σ = 16 (about 2 validation
-    #: queries a client: likely many stale personal models "beating" a poor θ_r by chance;
-    #: docs/baselines.md, "The choice's default"): an option
+    #: ``if-served-holds`` closes the gap to local training in 5-client regions at σ = 1;
+    #: its trained σ = 16 seeds in the 8 × 1,000 federation came out 10 points low, which
+    #: recordings of the same draws under both rules later put on the DP noise draws, not
+    #: the rule (−0.5 to +0.2; docs/baselines.md, "The choice's default"): an option
     choice_default: Literal["refreshed", "on-device", "if-served-holds"] = "refreshed"
     #: with ``if-served-holds``, the per-query variance of θ_r's validation score in the
     #: served check's bar: ``score`` — s₀(1 − s₀), the choice's own, which vanishes when a
