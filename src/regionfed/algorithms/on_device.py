@@ -85,11 +85,10 @@ def paired_standard_error(difference: np.ndarray, prior_variance: float, n: int,
     ν = ``prior_queries`` queries (Smyth 2004): ṽ = (ν·v₀ + (n − 1)·v̂)/(ν + n − 1) — the
     single-score rule for one query or ν → ∞, the paired one as the queries grow."""
     dof = max(len(difference) - 1, 0)
-    prior = prior_variance
     if dof == 0:
-        return float(np.sqrt(prior / n))
+        return float(np.sqrt(prior_variance / n))
     jackknife = dof * float(np.sum((difference - difference.mean()) ** 2))
-    moderated = (prior_queries * prior + dof * jackknife) / (prior_queries + dof)
+    moderated = (prior_queries * prior_variance + dof * jackknife) / (prior_queries + dof)
     return float(np.sqrt(moderated / n))
 
 
