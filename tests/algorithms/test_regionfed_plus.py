@@ -9,10 +9,19 @@ import pytest
 import torch
 from helpers import QuadraticClient, run_rounds, two_region_quadratics
 
-from regionfed.algorithms.base import FederationView, ParameterBlock
+from regionfed.algorithms.base import FederationView, ParameterBlock, TrainInstruction
+from regionfed.algorithms.fedprox import proximal_term
 from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
-from regionfed.algorithms.regionfed.plus import RegionFedPlus, personal_anchor_weight
-from regionfed.algorithms.regionfed.shrinkage import partition_blocks, shrinkage_factors
+from regionfed.algorithms.regionfed.plus import (
+    PERSONAL_LAMBDA,
+    RegionFedPlus,
+    personal_anchor_weight,
+)
+from regionfed.algorithms.regionfed.shrinkage import (
+    partition_blocks,
+    shrinkage_factors,
+    signal_share,
+)
 from regionfed.errors import ConfigError
 from regionfed.privacy.ledger import PrivacyLedger
 from regionfed.privacy.mechanism import DPConfig
@@ -537,3 +546,140 @@ def test_the_regional_models_a_run_keeps_are_the_served_ones_even_with_on_device
     ditto = Ditto()
     run_rounds(ditto, clients, view, 1)
     assert regional_models(ditto) == {} and regional_models(ditto, unchanged=True) == {}
+
+
+def test_the_signal_share_of_a_displacement_is_its_james_stein_share():
+    """d = s + n with E‖n‖² known: pure noise → 0, ‖s‖² = 25·E‖n‖² → 25/26, no noise → 1."""
+    g = torch.Generator().manual_seed(0)
+    dim = 20_000
+    noise = 2.0 * torch.randn(dim, generator=g)
+    assert signal_share(noise, 4.0 * dim) < 0.03
+    assert signal_share(10.0 * torch.randn(dim, generator=g) + noise, 4.0 * dim) == \
+        pytest.approx(25 / 26, abs=0.01)
+    assert signal_share(noise, 0.0) == 1.0
+    assert signal_share(torch.zeros(dim), 1.0) == 0.0
+
+
+def _zero_update_regions(dim: int, sigma: float, shrinkage: bool) -> tuple[dict, FederationView,
+                                                                         RegionFedPlus]:
+    """Identical regions whose updates are all 0 (θ = target): under DP every released mean
+    is pure noise."""
+    clients = {f"{r}/{k}": QuadraticClient(f"{r}/{k}", r, 10, torch.zeros(dim))
+               for r in "ab" for k in range(4)}
+    view = FederationView(("a", "b"), {c: c[0] for c in clients}, dict.fromkeys(clients, 10))
+    strategy = RegionFedPlus(RegionFedPlusConfig(two_level=False, regional_share=0.2,
+                                                 shrinkage=shrinkage),
+                             sample_rate=1.0, dp=DPConfig(mode="user", sigma=sigma, clip=1.0))
+    return clients, view, strategy
+
+
+@pytest.mark.parametrize("shrinkage", [False, True])
+def test_the_served_models_noise_energy_is_what_its_releases_added(shrinkage):
+    """After rounds of zero updates θ_r − θ_0 is noise only: its energy is
+    served_noise_energy (σ, f, C, q·n, α public) within the χ² spread, and the anchor
+    share of such a θ_r is ≈ 0 (no signal to anchor on)."""
+    dim = 20_000
+    clients, view, strategy = _zero_update_regions(dim, sigma=2.0, shrinkage=shrinkage)
+    run_rounds(strategy, clients, view, 2, init=torch.zeros(dim))
+    per_round_g = (2.0 / math.sqrt(0.8) / 8) ** 2  # global: σ/√(1 − f)·C/(qN)
+    per_round_r = (2.0 / math.sqrt(0.2) / 4) ** 2  # regional: σ/√f·C/(q n_r)
+    assert strategy.global_noise_var == pytest.approx(2 * per_round_g)
+    assert strategy.regional_noise_var["a"] == pytest.approx(2 * per_round_r)
+    for region in "ab":
+        measured = float(strategy.regional_params(region).double().pow(2).sum())
+        assert measured == pytest.approx(strategy.served_noise_energy(region), rel=0.05)
+        assert strategy.anchor_share(region) < 0.05
+    if not shrinkage:  # α = 1: θ_r carries the regional means' noise only
+        assert strategy.served_noise_energy("a") == pytest.approx(dim * 2 * per_round_r)
+
+
+def test_a_noise_aware_anchor_sends_lambda_times_the_share_and_the_personal_model_uses_it():
+    """Every training instruction of a region carries λ·share (logged as anchor_share), the
+    share ≈ 1 where θ_r's displacement is mostly signal (σ tiny) and ≈ 0 where it is mostly
+    noise (σ huge); without DP or without the switch λ is unchanged (and not sent)."""
+    dim = 2_000
+    targets = {"a/0": 0, "a/1": 0, "b/0": 1, "b/1": 1}
+
+    def federation():
+        clients = {}
+        for c, axis in targets.items():
+            target = torch.zeros(dim)
+            target[axis] = 3.0
+            clients[c] = QuadraticClient(c, c[0], 10, target)
+        return clients, FederationView(("a", "b"), {c: c[0] for c in clients},
+                                       dict.fromkeys(clients, 10))
+
+    def instructions_of_round(strategy, rounds):
+        clients, view = federation()
+        logs = run_rounds(strategy, clients, view, rounds - 1, init=torch.zeros(dim))
+        sent = next(strategy.run_round(rounds))
+        return [i for i in sent if not i.config.get("personal_init")], logs
+
+    config = RegionFedPlusConfig(noise_aware_anchor=True, personal_lambda=0.5)
+    for sigma, low, high in ((1e-4, 0.9, 1.0), (50.0, 0.0, 0.1)):
+        dp = DPConfig(mode="user", sigma=sigma, clip=1.0, noise_seed=0)
+        strategy = RegionFedPlus(config, sample_rate=1.0, dp=dp)
+        sent, logs = instructions_of_round(strategy, 4)
+        shares = logs[-1]["anchor_share"]
+        assert all(low <= shares[r] <= high for r in "ab"), shares
+        for ins in sent:
+            share = strategy.anchor_share(ins.region)
+            assert ins.config[PERSONAL_LAMBDA] == pytest.approx(0.5 * share)
+    sent, logs = instructions_of_round(RegionFedPlus(config, sample_rate=1.0), 3)
+    assert all(ins.config[PERSONAL_LAMBDA] == 0.5 for ins in sent)  # no DP: the share is 1
+    off = RegionFedPlus(RegionFedPlusConfig(personal_lambda=0.5), sample_rate=1.0,
+                        dp=DPConfig(mode="user", sigma=50.0, clip=1.0, noise_seed=0))
+    sent, logs = instructions_of_round(off, 3)
+    assert all(PERSONAL_LAMBDA not in ins.config for ins in sent)
+    assert "anchor_share" not in logs[-1]
+    # the client trains its personal model with the λ it was sent
+    clients, view = federation()
+    strategy = RegionFedPlus(config, sample_rate=1.0)
+    run_rounds(strategy, clients, view, 1, init=torch.zeros(dim))
+    client, anchor = clients["a/0"], torch.full((dim,), 4.0)
+    kept = client.state["personal"].clone()
+    free, _ = client.train(kept)
+    pulled, _ = client.train(kept, extra_loss=proximal_term(anchor, 0.5))
+    for lam, want in ((0.0, free), (0.5, pulled)):
+        client.state["personal"] = kept
+        strategy.handle(TrainInstruction("a/0", "a", anchor, {PERSONAL_LAMBDA: lam}), client)
+        assert torch.allclose(client.state["personal"], want)
+    assert not torch.allclose(free, pulled)
+
+
+def test_a_client_whose_served_model_is_all_noise_is_evaluated_with_its_personal_model():
+    """Under the noise-aware anchor, a region whose θ_r shows no signal over its DP noise
+    (share 0) evaluates every client with its kept personal model, whatever the other
+    candidates score on validation; the share travels with the evaluation arrays (a
+    client's node reads the one it was sent)."""
+    dim = 20_000
+    clients, view, _ = _zero_update_regions(dim, sigma=2.0, shrinkage=True)
+    dp = DPConfig(mode="user", sigma=2.0, clip=1.0, noise_seed=3)
+    strategy = RegionFedPlus(RegionFedPlusConfig(noise_aware_anchor=True), sample_rate=1.0,
+                             dp=dp)
+    run_rounds(strategy, clients, view, 2, init=torch.zeros(dim))
+    client, kept = clients["a/0"], torch.ones(dim)
+    client.state["personal"] = kept
+    strategy.shares["a"] = (strategy.shares["a"][0], 0.0)  # the noise-only θ_r, exactly
+    client.score_ = [0.1, 0.9, 0.9, 0.1]  # refreshed, regional, global, personal
+    assert strategy.eval_params("a/0", "a", client) is kept
+    assert strategy.choices["a/0"] == "personal"
+    assert client.score_ == [0.1, 0.9, 0.9, 0.1]  # no candidate was even scored
+    arrays = strategy.client_evaluation_arrays("a")
+    assert float(arrays["anchor_share"][0]) == 0.0
+    node = RegionFedPlus(RegionFedPlusConfig(noise_aware_anchor=True), sample_rate=1.0, dp=dp)
+    node.receive_client_evaluation_arrays("a", {"regional": arrays["regional"],
+                                                "anchor_share": torch.tensor([0.5])})
+    assert node.served_share("a") == 0.5
+    node.receive_client_evaluation_arrays("a", arrays)
+    assert node.served_share("a") == 0.0
+    # a share above 0: the usual choice (the regional model clears the bar here)
+    strategy.shares["a"] = (strategy.shares["a"][0], 0.2)
+    assert torch.equal(strategy.eval_params("a/0", "a", client),
+                       strategy.regional_params("a"))
+    # without the switch the same scores pick the regional model too: the choice decides
+    plain = RegionFedPlus(RegionFedPlusConfig(), sample_rate=1.0, dp=dp)
+    run_rounds(plain, clients, view, 2, init=torch.zeros(dim))
+    client.state["personal"] = kept
+    client.score_ = [0.1, 0.9, 0.9, 0.1]
+    assert torch.equal(plain.eval_params("a/0", "a", client), plain.regional_params("a"))

@@ -56,7 +56,11 @@ from regionfed.algorithms.fedprox import proximal_term
 from regionfed.algorithms.on_device import choice_counts, choose_on_validation
 from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
 from regionfed.algorithms.regionfed.golden_section import search_regions_on_validation
-from regionfed.algorithms.regionfed.shrinkage import partition_blocks, shrinkage_factors
+from regionfed.algorithms.regionfed.shrinkage import (
+    partition_blocks,
+    shrinkage_factors,
+    signal_share,
+)
 from regionfed.errors import ConfigError
 
 #: the shuffling stream of the update a client sends; the personal model trains on the main
@@ -66,6 +70,8 @@ SHARED_STREAM = "plus-shared"
 REFRESH_STREAM = "plus-personal-refresh"
 #: the round-1 instruction that hands every client the initial model for its personal one
 PERSONAL_INIT = "personal_init"
+#: a training instruction's λ for the personal model (``noise_aware_anchor``)
+PERSONAL_LAMBDA = "personal_lambda"
 #: the order in which a client's candidates win ties on validation
 CANDIDATES = ("regional", "global", "personal")
 #: the choice's order with a refreshed candidate: it is the default
@@ -101,11 +107,20 @@ class RegionFedPlus(Strategy):
         #: on a client's node (distributed runtimes): the served model of its region, as the
         #: server sent it for an evaluation (:meth:`client_evaluation_arrays`)
         self.received_regional: dict[str, torch.Tensor] = {}
+        #: on a client's node: the anchor share of its region's served model, as sent
+        self.received_share: dict[str, float] = {}
+        #: region → (what it was computed from, the anchor share of θ_r)
+        self.shares: dict[str, tuple[tuple[Any, ...], float]] = {}
         #: client → the candidate (:data:`CANDIDATES`) it was last evaluated with
         self.choices: dict[str, str] = {}
         self.offsets: dict[str, torch.Tensor] = {}
         #: accumulated per-coordinate noise variance of each region's offset, per block
         self.noise_var: dict[str, list[float]] = {}
+        #: under DP, the accumulated per-coordinate noise variance of θ (the global means)
+        #: and of each region's regional means, η_g²·Σ_t (public)
+        self.global_noise_var = 0.0
+        self.regional_noise_var: dict[str, float] = {}
+        self.initial: torch.Tensor | None = None
         self.factors: dict[str, list[float]] = {}
         #: region → (what it was computed from, θ_r): a served model is read once per client
         #: in evaluation, thousands of times a round (:meth:`regional_params`)
@@ -130,6 +145,9 @@ class RegionFedPlus(Strategy):
             self.blocks = [b for b in self.blocks if (b & self.part).any()]
         self.offsets = {r: torch.zeros_like(init_params) for r in view.regions}
         self.noise_var = {r: [0.0] * len(self.blocks) for r in view.regions}
+        self.global_noise_var = 0.0
+        self.regional_noise_var = dict.fromkeys(view.regions, 0.0)
+        self.initial = init_params.detach().clone()
         self.factors = {r: [1.0] * len(self.blocks) for r in view.regions}
 
     # -- server side ---------------------------------------------------------------------
@@ -159,8 +177,14 @@ class RegionFedPlus(Strategy):
             yield [TrainInstruction(c, self.view.client_region[c], self.params,
                                     {PERSONAL_INIT: True}) for c in self.view.clients]
         served = {r: self.regional_params(r) for r in self.view.regions}  # once per region
+        anchor = {}
+        if self.config.two_level and self.config.noise_aware_anchor:
+            shares = {r: self.anchor_share(r) for r in self.view.regions}
+            anchor = {r: {PERSONAL_LAMBDA: self.config.personal_lambda * shares[r]}
+                      for r in self.view.regions}
         results = yield [TrainInstruction(c, self.view.client_region[c],
-                                          served[self.view.client_region[c]])
+                                          served[self.view.client_region[c]],
+                                          dict(anchor.get(self.view.client_region[c], {})))
                          for c in self.sample_clients()]
         expected = {r: self.sample_rate * len(self.view.clients_in(r)) * self.report_rate
                     for r in self.view.regions}
@@ -183,6 +207,11 @@ class RegionFedPlus(Strategy):
         self.params = self.params - eta * global_mean
         part = self.part if self.part is not None else slice(None)
         sampling = self._sampling_variance(results) if not self.dp.adds_noise else {}
+        if self.dp.adds_noise:
+            regional_var, global_var = self._release_variances(expected, split=bool(regional))
+            self.global_noise_var += eta**2 * global_var
+            for region in regional:
+                self.regional_noise_var[region] += eta**2 * regional_var[region]
         for region, mean in regional.items():
             self.offsets[region][part] -= eta * (mean - global_mean[part])
             added = self._noise_variance(region, expected, sampling)
@@ -197,7 +226,8 @@ class RegionFedPlus(Strategy):
                    else {}),
                 "alpha": {r: float(np.mean(f)) for r, f in self.factors.items()},
                 "offset_norm": {r: float(a.norm()) for r, a in self.offsets.items()},
-                **({"scale": dict(self.scales)} if self.scales else {})}
+                **({"scale": dict(self.scales)} if self.scales else {}),
+                **({"anchor_share": shares} if anchor else {})}
 
     def _scale_on_validation(self):
         """Step 5 of the module doc: ρ_r per region by golden-section search on [0, 1] of
@@ -220,18 +250,58 @@ class RegionFedPlus(Strategy):
                 and bool(self.factors)
                 and all(a < below for f in self.factors.values() for a in f))
 
+    def _release_variances(self, expected: dict[str, float], *, split: bool = True
+                           ) -> tuple[dict[str, float], float]:
+        """Under DP, the per-coordinate noise variance of one round's released means
+        (public: σ, f, C, C_r, q·n): (region → its regional mean's, the global mean's);
+        a global-only round (``split`` false) releases the global mean at σ."""
+        f, sigma, clip = self.config.regional_share, self.dp.sigma, self.dp.clip
+        regional_clip = self.config.regional_clip or clip
+        regional = {r: (sigma / np.sqrt(f) * regional_clip / n) ** 2 for r, n in expected.items()}
+        total = sum(expected.values())
+        global_sigma = sigma / np.sqrt(1 - f) if split else sigma
+        return regional, (global_sigma * clip / total) ** 2
+
     def _noise_variance(self, region: str, expected: dict[str, float],
                         sampling: dict[str, list[float]]) -> list[float]:
         """Per block, the per-coordinate variance one round adds to a_r / η_g² (module doc):
         public DP noise under DP, the measured client-sampling variance without."""
         if not self.dp.adds_noise:
             return sampling.get(region, [0.0] * len(self.blocks))
-        f, sigma, clip = self.config.regional_share, self.dp.sigma, self.dp.clip
-        regional_clip = self.config.regional_clip or clip
-        regional = (sigma / np.sqrt(f) * regional_clip / expected[region]) ** 2
-        total = sum(expected.values())
-        global_ = (sigma / np.sqrt(1 - f) * clip / total) ** 2
-        return [regional + global_] * len(self.blocks)
+        regional, global_ = self._release_variances(expected)
+        return [regional[region] + global_] * len(self.blocks)
+
+    def served_noise_energy(self, region: str) -> float:
+        """E‖noise of θ_r‖² under DP (public). θ_r = θ + Σ_b w_b·a_{r,b} (w_b = ρ_r·α_{r,b})
+        and each round adds −η_g·((1 − w_b)·n_g + w_b·n_r) on block b (the offset's step is
+        the regional mean minus the global one), so per coordinate
+        (1 − w_b)²·G + w_b²·R_r with G, R_r the accumulated variances of the global and the
+        region's means; G alone off the offsets' blocks."""
+        g, r = self.global_noise_var, self.regional_noise_var.get(region, 0.0)
+        scale, covered, energy = self.scales.get(region, 1.0), 0, 0.0
+        for alpha, block in zip(self.factors[region], self.blocks, strict=True):
+            size, w = int(block.sum()), scale * alpha
+            energy += size * ((1.0 - w) ** 2 * g + w**2 * r)
+            covered += size
+        return energy + (self.params.numel() - covered) * g
+
+    def anchor_share(self, region: str) -> float:
+        """The share of θ_r's displacement from the public initial model that is signal
+        (:func:`.shrinkage.signal_share` with :meth:`served_noise_energy`): the weight of
+        the personal model's anchor under ``noise_aware_anchor``; 1 without DP noise.
+        Computed once per state of θ_r and the accumulated noise (evaluation reads it per
+        client)."""
+        if not self.dp.adds_noise:
+            return 1.0
+        served = self.regional_params(region)
+        source = (served, served._version, self.global_noise_var,
+                  self.regional_noise_var.get(region, 0.0))
+        cached = self.shares.get(region)
+        if cached is not None and cached[0][0] is served and cached[0][1:] == source[1:]:
+            return cached[1]
+        share = signal_share(served - self.initial, self.served_noise_energy(region))
+        self.shares[region] = (source, share)
+        return share
 
     def _sampling_variance(self, results: list[ClientResult]) -> dict[str, list[float]]:
         """Without DP: per region and block, the mean per-coordinate variance of the
@@ -259,7 +329,9 @@ class RegionFedPlus(Strategy):
         if self.config.two_level:
             anchor = instruction.params.detach()
             personal = client.state.get("personal", anchor)
-            lam = personal_anchor_weight(self.config.personal_lambda, personal, anchor, client)
+            lam = personal_anchor_weight(
+                instruction.config.get(PERSONAL_LAMBDA, self.config.personal_lambda),
+                personal, anchor, client)
             client.state["personal"], _ = client.train(
                 personal, epochs=instruction.config.get("epochs"),
                 extra_loss=proximal_term(anchor, lam) if lam > 0 else None)
@@ -275,6 +347,12 @@ class RegionFedPlus(Strategy):
             return regional
         candidates = {"regional": regional, "global": self.params,
                       "personal": client.state.get("personal", regional)}
+        if self.config.noise_aware_anchor and "personal" in client.state \
+                and self.served_share(region) == 0.0:
+            # θ_r is indistinguishable from its DP noise: no candidate built on it (nor θ,
+            # as noisy) can beat the personal model but by luck on a few validation queries
+            self.choices[client_id] = "personal"
+            return candidates["personal"]
         if self.config.personal_refresh_epochs:
             # a model just fine-tuned from θ_r on the client's own data is the default
             # (expected at least as good as θ_r there); the others must prove themselves
@@ -344,12 +422,26 @@ class RegionFedPlus(Strategy):
         is then evaluated with."""
         return self.regional_params(region)
 
+    def served_share(self, region: str) -> float:
+        """:meth:`anchor_share` of the region's served model — as the server sent it, on a
+        client's node."""
+        received = self.received_share.get(region)
+        return self.anchor_share(region) if received is None else received
+
     def client_evaluation_arrays(self, region: str) -> dict[str, torch.Tensor]:
-        return {"regional": self.regional_params(region)} if self.config.two_level else {}
+        if not self.config.two_level:
+            return {}
+        arrays = {"regional": self.regional_params(region)}
+        if self.config.noise_aware_anchor:
+            arrays["anchor_share"] = torch.tensor([self.anchor_share(region)],
+                                                  dtype=torch.float64)
+        return arrays
 
     def receive_client_evaluation_arrays(self, region: str,
                                          arrays: dict[str, torch.Tensor]) -> None:
         self.received_regional = {region: arrays["regional"]} if "regional" in arrays else {}
+        self.received_share = ({region: float(arrays["anchor_share"][0])}
+                               if "anchor_share" in arrays else {})
 
 
 def personal_anchor_weight(lam: float, personal: torch.Tensor, anchor: torch.Tensor,

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-__all__ = ["between_region_variance", "partition_blocks", "shrinkage_factors"]
+__all__ = ["between_region_variance", "partition_blocks", "shrinkage_factors", "signal_share"]
 
 
 def partition_blocks(groups: Mapping[str, torch.Tensor], dim: int) -> list[torch.Tensor]:
@@ -63,3 +63,14 @@ def shrinkage_factors(offsets: Mapping[str, torch.Tensor],
             v = variance[r]
             factors[r].append(1.0 if v <= 0.0 else tau2 / (tau2 + v))
     return factors
+
+
+def signal_share(displacement: torch.Tensor, noise_energy: float) -> float:
+    """The share of a noisy displacement d = s + n's energy that is signal, in the same
+    positive-part James–Stein form: with E‖n‖² = ``noise_energy`` known (public DP noise),
+    E‖d‖² = ‖s‖² + E‖n‖², so ‖ŝ‖²/‖d‖² = max(0, 1 − E‖n‖²/‖d‖²). 1 where nothing is noisy,
+    0 where the displacement is no larger than its noise."""
+    if noise_energy <= 0.0:
+        return 1.0
+    energy = float(torch.linalg.vector_norm(displacement.double()) ** 2)
+    return max(0.0, 1.0 - float(noise_energy) / energy) if energy > 0.0 else 0.0
