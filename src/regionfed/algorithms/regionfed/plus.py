@@ -178,7 +178,7 @@ class RegionFedPlus(Strategy):
                                     {PERSONAL_INIT: True}) for c in self.view.clients]
         served = {r: self.regional_params(r) for r in self.view.regions}  # once per region
         anchor = {}
-        if self.config.two_level and self.config.noise_aware_anchor:
+        if self.config.two_level and self.config.noise_aware_anchor and self.dp.adds_noise:
             shares = {r: self.anchor_share(r) for r in self.view.regions}
             anchor = {r: {PERSONAL_LAMBDA: self.config.personal_lambda * shares[r]}
                       for r in self.view.regions}
@@ -271,24 +271,27 @@ class RegionFedPlus(Strategy):
         regional, global_ = self._release_variances(expected)
         return [regional[region] + global_] * len(self.blocks)
 
-    def served_noise_energy(self, region: str) -> float:
-        """E‖noise of θ_r‖² under DP (public). θ_r = θ + Σ_b w_b·a_{r,b} (w_b = ρ_r·α_{r,b})
-        and each round adds −η_g·((1 − w_b)·n_g + w_b·n_r) on block b (the offset's step is
-        the regional mean minus the global one), so per coordinate
-        (1 − w_b)²·G + w_b²·R_r with G, R_r the accumulated variances of the global and the
-        region's means; G alone off the offsets' blocks."""
+    def served_noise_energy(self, region: str) -> tuple[float, float]:
+        """(E, std) of ‖noise of θ_r‖² under DP (public). θ_r = θ + Σ_b w_b·a_{r,b}
+        (w_b = ρ_r·α_{r,b}) and each round adds −η_g·((1 − w_b)·n_g + w_b·n_r) on block b
+        (the offset's step is the regional mean minus the global one), so per coordinate
+        the variance v = (1 − w_b)²·G + w_b²·R_r, with G, R_r the accumulated variances of
+        the global and the region's means (G alone off the offsets' blocks); Gaussian
+        noise gives E = Σ v and Var = 2·Σ v²."""
         g, r = self.global_noise_var, self.regional_noise_var.get(region, 0.0)
-        scale, covered, energy = self.scales.get(region, 1.0), 0, 0.0
+        scale, covered, energy, spread = self.scales.get(region, 1.0), 0, 0.0, 0.0
         for alpha, block in zip(self.factors[region], self.blocks, strict=True):
             size, w = int(block.sum()), scale * alpha
-            energy += size * ((1.0 - w) ** 2 * g + w**2 * r)
-            covered += size
-        return energy + (self.params.numel() - covered) * g
+            v = (1.0 - w) ** 2 * g + w**2 * r
+            energy, spread, covered = energy + size * v, spread + size * v * v, covered + size
+        rest = self.params.numel() - covered
+        return energy + rest * g, float(np.sqrt(2.0 * (spread + rest * g * g)))
 
     def anchor_share(self, region: str) -> float:
         """The share of θ_r's displacement from the public initial model that is signal
-        (:func:`.shrinkage.signal_share` with :meth:`served_noise_energy`): the weight of
-        the personal model's anchor under ``noise_aware_anchor``; 1 without DP noise.
+        (:func:`.shrinkage.signal_share` with :meth:`served_noise_energy`; 0 where no signal
+        is detected at 2 standard deviations of the noise's energy): the weight of the
+        personal model's anchor under ``noise_aware_anchor``; 1 without DP noise.
         Computed once per state of θ_r and the accumulated noise (evaluation reads it per
         client)."""
         if not self.dp.adds_noise:
@@ -299,7 +302,7 @@ class RegionFedPlus(Strategy):
         cached = self.shares.get(region)
         if cached is not None and cached[0][0] is served and cached[0][1:] == source[1:]:
             return cached[1]
-        share = signal_share(served - self.initial, self.served_noise_energy(region))
+        share = signal_share(served - self.initial, *self.served_noise_energy(region))
         self.shares[region] = (source, share)
         return share
 
@@ -349,8 +352,8 @@ class RegionFedPlus(Strategy):
                       "personal": client.state.get("personal", regional)}
         if self.config.noise_aware_anchor and "personal" in client.state \
                 and self.served_share(region) == 0.0:
-            # θ_r is indistinguishable from its DP noise: no candidate built on it (nor θ,
-            # as noisy) can beat the personal model but by luck on a few validation queries
+            # θ_r shows no signal over its DP noise: a candidate built on it (or on θ, as
+            # noisy) can beat the personal model only by luck on a few validation queries
             self.choices[client_id] = "personal"
             return candidates["personal"]
         if self.config.personal_refresh_epochs:
