@@ -128,3 +128,29 @@ def test_a_two_level_client_on_its_node_chooses_with_the_regional_model_it_was_s
     counts = evaluation_counts(node, start, "val", True, state, {"regional": trained})
     assert counts == score_counts(node, trained, "val")
     assert score_counts(node, trained, "val") != score_counts(node, start, "val")
+
+
+def test_a_node_sent_an_all_noise_anchor_evaluates_with_the_kept_personal_model():
+    """regionfed-plus with ``noise_aware_anchor``: the anchor share comes with the evaluation
+    request; sent 0 (θ_r shows no signal over its DP noise) the node scores the kept
+    personal model, sent more it chooses as usual (here: the trained regional model)."""
+    import torch
+    from flwr.app import RecordDict
+
+    from regionfed.runtime.flower.node import evaluation_counts, score_counts
+    from regionfed.runtime.params import get_flat
+
+    plus = CONFIG.regionfed_plus.model_copy(update={"personal_refresh_epochs": 0,
+                                                    "noise_aware_anchor": True})
+    config = CONFIG.model_copy(update={"regionfed_plus": plus})
+    node = build_node({**RUN, "regionfed-config": config.to_yaml(), "method": "regionfed-plus"},
+                      {"partition-id": 1})
+    start = get_flat(node.task.build_model(0))
+    trained, _ = node.client.train(start, epochs=2)
+    state = RecordDict()
+    node.client.state = {"personal": start.clone()}
+    save_client_state(node, state)
+    for share, scored in ((0.0, start), (0.5, trained)):
+        arrays = {"regional": trained, "anchor_share": torch.tensor([share], dtype=torch.float64)}
+        counts = evaluation_counts(node, start, "val", True, state, arrays)
+        assert counts == score_counts(node, scored, "val")
