@@ -108,9 +108,10 @@ class RegionFedPlusConfig(BaseModel):
     #: public (σ, f, C, q·n, η_g, the factors α) — or 0 where the excess energy is within 2
     #: standard deviations of the noise's (no signal detected); where it is 0 every client
     #: is evaluated with its kept personal model: a personal model is neither pulled
-    #: towards nor replaced by an anchor that is all DP noise (5-client regions).
-    #: Post-processing; without DP nothing changes. The refreshed candidate keeps λ
-    noise_aware_anchor: bool = False
+    #: towards nor replaced by an anchor that is all DP noise (5-client regions: it closes
+    #: the gap to local training at σ = 1, docs/baselines.md). Post-processing; without DP
+    #: nothing changes. The refreshed candidate keeps λ
+    noise_aware_anchor: bool = True
     #: before a client is evaluated, fine-tune a fourth candidate from the model it is
     #: served (θ_r) for this many local epochs on its own training split (the personal
     #: objective, proximal term towards θ_r included) — the personal model last trained

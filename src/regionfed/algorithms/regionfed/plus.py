@@ -343,25 +343,26 @@ class RegionFedPlus(Strategy):
     # -- evaluation ----------------------------------------------------------------------
     def eval_params(self, client_id: str, region: str, client: ClientContext | None
                     ) -> torch.Tensor:
-        regional = self.received_regional.get(region)
-        if regional is None:
-            regional = self.regional_params(region)
+        received = self.received_regional.get(region)
         if client is None or not self.config.two_level:
-            return regional
-        candidates = {"regional": regional, "global": self.params,
-                      "personal": client.state.get("personal", regional)}
-        if self.config.noise_aware_anchor and "personal" in client.state \
-                and self.served_share(region) == 0.0:
-            # θ_r shows no signal over its DP noise: a candidate built on it (or on θ, as
-            # noisy) can beat the personal model only by luck on a few validation queries
-            self.choices[client_id] = "personal"
-            return candidates["personal"]
+            return received if received is not None else self.regional_params(region)
+        # on a client's node the server sent evaluation_anchor(region)
+        regional = received if received is not None else self.evaluation_anchor(region)
+        if self.config.noise_aware_anchor and self.served_share(region) == 0.0:
+            # θ_r shows no signal over its DP noise: the client builds on the public initial
+            # model instead (the refresh starts there), and the server's models —
+            # indistinguishable from that model plus noise — are not candidates
+            candidates = {"personal": client.state.get("personal", regional)}
+        else:
+            candidates = {"regional": regional, "global": self.params,
+                          "personal": client.state.get("personal", regional)}
         if self.config.personal_refresh_epochs:
             # a model just fine-tuned from θ_r on the client's own data is the default
             # (expected at least as good as θ_r there); the others must prove themselves
             candidates["refreshed"] = self.refreshed_candidate(regional, client)
         order, peers = self.choice_order, self.choice_peers
-        if "refreshed" in candidates and self.config.choice_default == "if-served-holds" \
+        if "regional" in candidates and "refreshed" in candidates \
+                and self.config.choice_default == "if-served-holds" \
                 and self.served_loses(regional, candidates["personal"], client):
             order, peers = ON_DEVICE_ORDER, 2
         choice = choose_on_validation(candidates, client, order=order, peers=peers,
@@ -425,6 +426,15 @@ class RegionFedPlus(Strategy):
         is then evaluated with."""
         return self.regional_params(region)
 
+    def evaluation_anchor(self, region: str) -> torch.Tensor:
+        """The model a client's evaluation builds on: θ_r, or — under ``noise_aware_anchor``
+        where θ_r shows no signal over its DP noise (anchor share 0: the positive-part
+        James–Stein estimate of its displacement from θ_0 is 0) — the public initial model
+        θ_0. What the server sends a client's node for its evaluation."""
+        if self.config.noise_aware_anchor and self.anchor_share(region) == 0.0:
+            return self.initial
+        return self.regional_params(region)
+
     def served_share(self, region: str) -> float:
         """:meth:`anchor_share` of the region's served model — as the server sent it, on a
         client's node."""
@@ -434,7 +444,7 @@ class RegionFedPlus(Strategy):
     def client_evaluation_arrays(self, region: str) -> dict[str, torch.Tensor]:
         if not self.config.two_level:
             return {}
-        arrays = {"regional": self.regional_params(region)}
+        arrays = {"regional": self.evaluation_anchor(region)}
         if self.config.noise_aware_anchor:
             arrays["anchor_share"] = torch.tensor([self.anchor_share(region)],
                                                   dtype=torch.float64)
