@@ -648,11 +648,13 @@ def test_a_noise_aware_anchor_sends_lambda_times_the_share_and_the_personal_mode
     sent, logs = instructions_of_round(RegionFedPlus(config, sample_rate=1.0), 3)
     assert all(PERSONAL_LAMBDA not in ins.config for ins in sent)  # no DP: λ as configured
     assert "anchor_share" not in logs[-1]
-    off = RegionFedPlus(RegionFedPlusConfig(personal_lambda=0.5), sample_rate=1.0,
+    off = RegionFedPlus(RegionFedPlusConfig(personal_lambda=0.5, noise_aware_anchor=False),
+                        sample_rate=1.0,
                         dp=DPConfig(mode="user", sigma=50.0, clip=1.0, noise_seed=0))
     sent, logs = instructions_of_round(off, 3)
     assert all(PERSONAL_LAMBDA not in ins.config for ins in sent)
     assert "anchor_share" not in logs[-1]
+    assert RegionFedPlusConfig().noise_aware_anchor  # on by default
     # the client trains its personal model with the λ it was sent
     clients, view = federation()
     strategy = RegionFedPlus(config, sample_rate=1.0)
@@ -668,39 +670,44 @@ def test_a_noise_aware_anchor_sends_lambda_times_the_share_and_the_personal_mode
     assert not torch.allclose(free, pulled)
 
 
-def test_a_client_whose_served_model_is_all_noise_is_evaluated_with_its_personal_model():
+def test_a_client_whose_served_model_is_all_noise_builds_on_the_public_initial_model():
     """Under the noise-aware anchor, a region whose θ_r shows no signal over its DP noise
-    (share 0) evaluates every client with its kept personal model, whatever the other
-    candidates score on validation; the share travels with the evaluation arrays (a
-    client's node reads the one it was sent)."""
+    (share 0) evaluates each client with its kept personal model or a refresh from the public
+    initial model θ_0 (3 epochs of a quadratic client from θ_0: θ_0 + (1 − 0.5³)(t − θ_0)),
+    never with the server's models, which are not even scored; the node is sent θ_0 and the
+    share with the evaluation request."""
     dim = 20_000
     clients, view, _ = _zero_update_regions(dim, sigma=2.0, shrinkage=True)
+    for client in clients.values():
+        client.target = torch.full((dim,), 2.0)  # the clients' own optimum (θ = 0 still)
     dp = DPConfig(mode="user", sigma=2.0, clip=1.0, noise_seed=3)
-    strategy = RegionFedPlus(RegionFedPlusConfig(noise_aware_anchor=True), sample_rate=1.0,
-                             dp=dp)
+    config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0)
+    strategy = RegionFedPlus(config, sample_rate=1.0, dp=dp)
     run_rounds(strategy, clients, view, 2, init=torch.zeros(dim))
     client, kept = clients["a/0"], torch.ones(dim)
     client.state["personal"] = kept
     strategy.shares["a"] = (strategy.shares["a"][0], 0.0)  # the noise-only θ_r, exactly
-    client.score_ = [0.1, 0.9, 0.9, 0.1]  # refreshed, regional, global, personal
+    from_initial = (1 - 0.5 ** 3) * client.target  # θ_0 = 0
+    client.score_ = [0.5, 0.55, 0.9, 0.9]  # refreshed, personal (then nothing is read)
+    assert torch.allclose(strategy.eval_params("a/0", "a", client), from_initial)
+    assert strategy.choices["a/0"] == "refreshed"
+    assert client.score_ == [0.9, 0.9]  # two candidates scored: no regional, no global
+    client.score_ = [0.3, 0.9]  # the kept personal model far ahead: it is chosen
     assert strategy.eval_params("a/0", "a", client) is kept
-    assert strategy.choices["a/0"] == "personal"
-    assert client.score_ == [0.1, 0.9, 0.9, 0.1]  # no candidate was even scored
     arrays = strategy.client_evaluation_arrays("a")
     assert float(arrays["anchor_share"][0]) == 0.0
-    node = RegionFedPlus(RegionFedPlusConfig(noise_aware_anchor=True), sample_rate=1.0, dp=dp)
+    assert torch.equal(arrays["regional"], torch.zeros(dim))  # θ_0, not the noisy θ_r
+    node = RegionFedPlus(config, sample_rate=1.0, dp=dp)
     node.receive_client_evaluation_arrays("a", {"regional": arrays["regional"],
                                                 "anchor_share": torch.tensor([0.5])})
     assert node.served_share("a") == 0.5
     node.receive_client_evaluation_arrays("a", arrays)
     assert node.served_share("a") == 0.0
-    # a share above 0: the usual choice (the regional model clears the bar here)
+    client.score_ = [0.5, 0.55]
+    assert torch.allclose(node.eval_params("a/0", "a", client), from_initial)
+    # a share above 0: the usual choice among all four (the regional model clears the bar)
     strategy.shares["a"] = (strategy.shares["a"][0], 0.2)
+    client.score_ = [0.1, 0.9, 0.9, 0.1]  # refreshed, regional, global, personal
     assert torch.equal(strategy.eval_params("a/0", "a", client),
                        strategy.regional_params("a"))
-    # without the switch the same scores pick the regional model too: the choice decides
-    plain = RegionFedPlus(RegionFedPlusConfig(), sample_rate=1.0, dp=dp)
-    run_rounds(plain, clients, view, 2, init=torch.zeros(dim))
-    client.state["personal"] = kept
-    client.score_ = [0.1, 0.9, 0.9, 0.1]
-    assert torch.equal(plain.eval_params("a/0", "a", client), plain.regional_params("a"))
+    assert client.score_ == []

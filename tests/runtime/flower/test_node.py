@@ -132,8 +132,9 @@ def test_a_two_level_client_on_its_node_chooses_with_the_regional_model_it_was_s
 
 def test_a_node_sent_an_all_noise_anchor_evaluates_with_the_kept_personal_model():
     """regionfed-plus with ``noise_aware_anchor``: the anchor share comes with the evaluation
-    request; sent 0 (θ_r shows no signal over its DP noise) the node scores the kept
-    personal model, sent more it chooses as usual (here: the trained regional model)."""
+    request; sent 0 (θ_r shows no signal over its DP noise) the server's models are not
+    candidates, so without a refresh the node scores the kept personal model; sent more it
+    chooses as usual (here: the trained regional model)."""
     import torch
     from flwr.app import RecordDict
 
