@@ -711,3 +711,18 @@ def test_a_client_whose_served_model_is_all_noise_builds_on_the_public_initial_m
     assert torch.equal(strategy.eval_params("a/0", "a", client),
                        strategy.regional_params("a"))
     assert client.score_ == []
+
+
+def test_the_refresh_is_anchored_with_lambda_times_the_share():
+    """The refreshed candidate's proximal weight is λ·share: share 1 → λ, 0 → none."""
+    clients, view = _shifted()
+    strategy = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
+                                                 personal_lambda=2.0), server_lr=1.0)
+    run_rounds(strategy, clients, view, rounds=1)
+    client, served = clients["a/0"], torch.tensor([-1.0, 1.0])
+    for share in (1.0, 0.25, 0.0):
+        prox = proximal_term(served, 2.0 * share) if share else None
+        want, _ = client.train(served, epochs=3, extra_loss=prox)
+        assert torch.allclose(strategy.refreshed_candidate(served, client, share), want)
+    assert not torch.allclose(strategy.refreshed_candidate(served, client, 1.0),
+                              strategy.refreshed_candidate(served, client, 0.0))

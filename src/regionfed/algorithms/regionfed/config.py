@@ -103,14 +103,14 @@ class RegionFedPlusConfig(BaseModel):
     two_level: bool = True
     #: λ of the personal objective F_u(v) + (λ/2)‖v − θ_r‖² (Ditto's, anchored on θ_r)
     personal_lambda: float = Field(0.1, ge=0.0)
-    #: under DP, scale λ by the share of the served θ_r's displacement from the public
-    #: initial model that is signal, 1 − E‖noise‖²/‖θ_r − θ_0‖² — the noise energy is
-    #: public (σ, f, C, q·n, η_g, the factors α) — or 0 where the excess energy is within 2
-    #: standard deviations of the noise's (no signal detected); where it is 0 every client
-    #: is evaluated with its kept personal model: a personal model is neither pulled
-    #: towards nor replaced by an anchor that is all DP noise (5-client regions: it closes
-    #: the gap to local training at σ = 1, docs/baselines.md). Post-processing; without DP
-    #: nothing changes. The refreshed candidate keeps λ
+    #: under DP, scale λ (of the kept personal model and of the refresh) by the share of
+    #: the served θ_r's displacement from the public initial model θ_0 that is signal,
+    #: 1 − E‖noise‖²/‖θ_r − θ_0‖² — the noise energy is public (σ, f, C, q·n, η_g, the
+    #: factors α) — or 0 where the excess energy is within 2 standard deviations of the
+    #: noise's (no signal detected); where it is 0 a client's evaluation builds on θ_0
+    #: instead of θ_r (the refresh starts there; the server's models, θ_0 plus noise, are
+    #: not candidates). A personal model is neither pulled towards nor refreshed from an
+    #: anchor that is all DP noise. Post-processing; without DP nothing changes
     noise_aware_anchor: bool = True
     #: before a client is evaluated, fine-tune a fourth candidate from the model it is
     #: served (θ_r) for this many local epochs on its own training split (the personal

@@ -348,7 +348,8 @@ class RegionFedPlus(Strategy):
             return received if received is not None else self.regional_params(region)
         # on a client's node the server sent evaluation_anchor(region)
         regional = received if received is not None else self.evaluation_anchor(region)
-        if self.config.noise_aware_anchor and self.served_share(region) == 0.0:
+        share = self.served_share(region) if self.config.noise_aware_anchor else 1.0
+        if share == 0.0:
             # θ_r shows no signal over its DP noise: the client builds on the public initial
             # model instead (the refresh starts there), and the server's models —
             # indistinguishable from that model plus noise — are not candidates
@@ -359,7 +360,7 @@ class RegionFedPlus(Strategy):
         if self.config.personal_refresh_epochs:
             # a model just fine-tuned from θ_r on the client's own data is the default
             # (expected at least as good as θ_r there); the others must prove themselves
-            candidates["refreshed"] = self.refreshed_candidate(regional, client)
+            candidates["refreshed"] = self.refreshed_candidate(regional, client, share)
         order, peers = self.choice_order, self.choice_peers
         if "regional" in candidates and "refreshed" in candidates \
                 and self.config.choice_default == "if-served-holds" \
@@ -392,11 +393,12 @@ class RegionFedPlus(Strategy):
             bar["score_variance"] = WORST_CASE_SCORE_VARIANCE
         return kept_beats_served(served, personal, client, **bar)
 
-    def refreshed_candidate(self, regional: torch.Tensor, client: ClientContext
-                            ) -> torch.Tensor:
+    def refreshed_candidate(self, regional: torch.Tensor, client: ClientContext,
+                            share: float = 1.0) -> torch.Tensor:
         """A model fine-tuned from the served θ_r on the personal objective
-        F_u(v) + (λ/2)‖v − θ_r‖² for ``personal_refresh_epochs`` epochs (not kept)."""
-        lam = self.config.personal_lambda
+        F_u(v) + (λ/2)‖v − θ_r‖² for ``personal_refresh_epochs`` epochs (not kept), λ
+        scaled by the anchor ``share`` (``noise_aware_anchor``)."""
+        lam = self.config.personal_lambda * share
         refreshed, _ = client.train(regional, epochs=self.config.personal_refresh_epochs,
                                     stream=REFRESH_STREAM, repeatable=True,
                                     extra_loss=proximal_term(regional, lam) if lam > 0 else None)
