@@ -654,7 +654,7 @@ def test_a_noise_aware_anchor_sends_lambda_times_the_share_and_the_personal_mode
     sent, logs = instructions_of_round(off, 3)
     assert all(PERSONAL_LAMBDA not in ins.config for ins in sent)
     assert "anchor_share" not in logs[-1]
-    assert RegionFedPlusConfig().noise_aware_anchor  # on by default
+    assert not RegionFedPlusConfig().noise_aware_anchor  # an option (default off)
     # the client trains its personal model with the λ it was sent
     clients, view = federation()
     strategy = RegionFedPlus(config, sample_rate=1.0)
@@ -681,7 +681,8 @@ def test_a_client_whose_served_model_is_all_noise_builds_on_the_public_initial_m
     for client in clients.values():
         client.target = torch.full((dim,), 2.0)  # the clients' own optimum (θ = 0 still)
     dp = DPConfig(mode="user", sigma=2.0, clip=1.0, noise_seed=3)
-    config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0)
+    config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0,
+                                 noise_aware_anchor=True)
     strategy = RegionFedPlus(config, sample_rate=1.0, dp=dp)
     run_rounds(strategy, clients, view, 2, init=torch.zeros(dim))
     client, kept = clients["a/0"], torch.ones(dim)

@@ -110,8 +110,10 @@ class RegionFedPlusConfig(BaseModel):
     #: noise's (no signal detected); where it is 0 a client's evaluation builds on θ_0
     #: instead of θ_r (the refresh starts there; the server's models, θ_0 plus noise, are
     #: not candidates). A personal model is neither pulled towards nor refreshed from an
-    #: anchor that is all DP noise. Post-processing; without DP nothing changes
-    noise_aware_anchor: bool = True
+    #: anchor that is all DP noise. Post-processing; without DP nothing changes. An option
+    #: until every DP row of regionfed-plus is rerun with it (docs/baselines.md, "The
+    #: noise-aware anchor")
+    noise_aware_anchor: bool = False
     #: before a client is evaluated, fine-tune a fourth candidate from the model it is
     #: served (θ_r) for this many local epochs on its own training split (the personal
     #: objective, proximal term towards θ_r included) — the personal model last trained
