@@ -103,14 +103,13 @@ class RegionFedPlusConfig(BaseModel):
     two_level: bool = True
     #: λ of the personal objective F_u(v) + (λ/2)‖v − θ_r‖² (Ditto's, anchored on θ_r)
     personal_lambda: float = Field(0.1, ge=0.0)
-    #: under DP, scale λ (of the kept personal model and of the refresh) by the share of
-    #: the served θ_r's displacement from the public initial model θ_0 that is signal,
-    #: 1 − E‖noise‖²/‖θ_r − θ_0‖² — the noise energy is public (σ, f, C, q·n, η_g, the
-    #: factors α) — or 0 where the excess energy is within 2 standard deviations of the
-    #: noise's (no signal detected); where it is 0 a client's evaluation builds on θ_0
-    #: instead of θ_r (the refresh starts there; the server's models, θ_0 plus noise, are
-    #: not candidates). A personal model is neither pulled towards nor refreshed from an
-    #: anchor that is all DP noise. Post-processing; without DP nothing changes. An option
+    #: under DP, test whether the served θ_r shows any signal over its DP noise: the
+    #: anchor share 1 − E‖noise‖²/‖θ_r − θ_0‖² (θ_0 the public initial model; the noise
+    #: energy is public: σ, f, C, q·n, η_g, the factors α), 0 unless the excess energy
+    #: clears 2 standard deviations of the noise's. Where it is 0, the personal model and
+    #: the refresh are not anchored (λ = 0) and a client's evaluation builds on θ_0 instead
+    #: of θ_r (the refresh starts there; the server's models, θ_0 plus noise, are not
+    #: candidates). Post-processing; without DP nothing changes. An option
     #: until every DP row of regionfed-plus is rerun with it (docs/baselines.md, "The
     #: noise-aware anchor")
     noise_aware_anchor: bool = False

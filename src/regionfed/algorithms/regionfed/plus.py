@@ -180,8 +180,8 @@ class RegionFedPlus(Strategy):
         anchor = {}
         if self.config.two_level and self.config.noise_aware_anchor and self.dp.adds_noise:
             shares = {r: self.anchor_share(r) for r in self.view.regions}
-            anchor = {r: {PERSONAL_LAMBDA: self.config.personal_lambda * shares[r]}
-                      for r in self.view.regions}
+            anchor = {r: {PERSONAL_LAMBDA: self.config.personal_lambda if shares[r] > 0.0
+                          else 0.0} for r in self.view.regions}
         results = yield [TrainInstruction(c, self.view.client_region[c],
                                           served[self.view.client_region[c]],
                                           dict(anchor.get(self.view.client_region[c], {})))
@@ -396,9 +396,9 @@ class RegionFedPlus(Strategy):
     def refreshed_candidate(self, regional: torch.Tensor, client: ClientContext,
                             share: float = 1.0) -> torch.Tensor:
         """A model fine-tuned from the served θ_r on the personal objective
-        F_u(v) + (λ/2)‖v − θ_r‖² for ``personal_refresh_epochs`` epochs (not kept), λ
-        scaled by the anchor ``share`` (``noise_aware_anchor``)."""
-        lam = self.config.personal_lambda * share
+        F_u(v) + (λ/2)‖v − θ_r‖² for ``personal_refresh_epochs`` epochs (not kept); λ = 0
+        where the anchor ``share`` is 0 (``noise_aware_anchor``: θ_r shows no signal)."""
+        lam = self.config.personal_lambda if share > 0.0 else 0.0
         refreshed, _ = client.train(regional, epochs=self.config.personal_refresh_epochs,
                                     stream=REFRESH_STREAM, repeatable=True,
                                     extra_loss=proximal_term(regional, lam) if lam > 0 else None)
