@@ -34,7 +34,10 @@ whichever of global, regional and personal scores best on its own validation spl
 candidate is fine-tuned from the served θ_r just before the evaluation (a sampled client's
 personal model is otherwise ~1/q rounds old) and is the choice's default; the kept personal
 model stays a candidate (where the served model is poor — small regions under DP — the one
-trained over many rounds is far better than a few epochs from θ_r). Every switch is a
+trained over many rounds is far better than a few epochs from θ_r). With
+``noise_aware_anchor`` (an option), a region whose θ_r shows no signal over its public DP
+noise (:meth:`RegionFedPlus.anchor_share` 0) anchors no personal model on it (λ = 0) and
+evaluates its clients from the public initial model θ_0 instead. Every switch is a
 setting of :class:`~regionfed.algorithms.regionfed.config.RegionFedPlusConfig`.
 """
 
@@ -290,8 +293,9 @@ class RegionFedPlus(Strategy):
     def anchor_share(self, region: str) -> float:
         """The share of θ_r's displacement from the public initial model that is signal
         (:func:`.shrinkage.signal_share` with :meth:`served_noise_energy`; 0 where no signal
-        is detected at 2 standard deviations of the noise's energy): the weight of the
-        personal model's anchor under ``noise_aware_anchor``; 1 without DP noise.
+        is detected at 2 standard deviations of the noise's energy — under
+        ``noise_aware_anchor`` the personal models are then not anchored on θ_r and build on
+        θ_0, :meth:`evaluation_anchor`); 1 without DP noise.
         Computed once per state of θ_r and the accumulated noise (evaluation reads it per
         client)."""
         if not self.dp.adds_noise:
