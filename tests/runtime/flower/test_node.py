@@ -104,27 +104,37 @@ def test_a_client_personalized_model_is_evaluated_on_its_node():
                                                                                "val")
 
 
-def test_a_two_level_client_on_its_node_chooses_with_the_regional_model_it_was_sent():
-    """regionfed-plus on a node: the regional model comes with the evaluation request (the
-    node holds no server state). Global and personal models untrained, the regional one
-    trained on this client: the regional model is scored (without the request's regional
-    model the node would have only untrained candidates)."""
+def _plus_node_with_an_untrained_personal_model(**plus_settings):
+    """A regionfed-plus node (no refresh before an evaluation, plus ``plus_settings``) whose
+    kept personal model is the untrained start; returns (node, start, a model trained on
+    this client, the node's saved state)."""
     from flwr.app import RecordDict
 
-    from regionfed.runtime.flower.node import evaluation_counts, score_counts
     from regionfed.runtime.params import get_flat
 
-    # the personal model as last trained (no refresh from the regional model before the
-    # evaluation): the regional model is the choice's default
-    stale = CONFIG.model_copy(update={"regionfed_plus": CONFIG.regionfed_plus.model_copy(
-        update={"personal_refresh_epochs": 0})})
-    node = build_node({**RUN, "regionfed-config": stale.to_yaml(), "method": "regionfed-plus"},
+    plus = CONFIG.regionfed_plus.model_copy(update={"personal_refresh_epochs": 0,
+                                                    **plus_settings})
+    config = CONFIG.model_copy(update={"regionfed_plus": plus})
+    node = build_node({**RUN, "regionfed-config": config.to_yaml(), "method": "regionfed-plus"},
                       {"partition-id": 1})
     start = get_flat(node.task.build_model(0))
     trained, _ = node.client.train(start, epochs=2)
     state = RecordDict()
     node.client.state = {"personal": start.clone()}
     save_client_state(node, state)
+    return node, start, trained, state
+
+
+def test_a_two_level_client_on_its_node_chooses_with_the_regional_model_it_was_sent():
+    """regionfed-plus on a node: the regional model comes with the evaluation request (the
+    node holds no server state). Global and personal models untrained, the regional one
+    trained on this client: the regional model is scored (without the request's regional
+    model the node would have only untrained candidates). The personal model as last
+    trained (no refresh from the regional model before the evaluation): the regional model
+    is the choice's default."""
+    from regionfed.runtime.flower.node import evaluation_counts, score_counts
+
+    node, start, trained, state = _plus_node_with_an_untrained_personal_model()
     counts = evaluation_counts(node, start, "val", True, state, {"regional": trained})
     assert counts == score_counts(node, trained, "val")
     assert score_counts(node, trained, "val") != score_counts(node, start, "val")
@@ -136,21 +146,11 @@ def test_a_node_sent_an_all_noise_anchor_evaluates_with_the_kept_personal_model(
     candidates, so without a refresh the node scores the kept personal model; sent more it
     chooses as usual (here: the trained regional model)."""
     import torch
-    from flwr.app import RecordDict
 
     from regionfed.runtime.flower.node import evaluation_counts, score_counts
-    from regionfed.runtime.params import get_flat
 
-    plus = CONFIG.regionfed_plus.model_copy(update={"personal_refresh_epochs": 0,
-                                                    "noise_aware_anchor": True})
-    config = CONFIG.model_copy(update={"regionfed_plus": plus})
-    node = build_node({**RUN, "regionfed-config": config.to_yaml(), "method": "regionfed-plus"},
-                      {"partition-id": 1})
-    start = get_flat(node.task.build_model(0))
-    trained, _ = node.client.train(start, epochs=2)
-    state = RecordDict()
-    node.client.state = {"personal": start.clone()}
-    save_client_state(node, state)
+    node, start, trained, state = _plus_node_with_an_untrained_personal_model(
+        noise_aware_anchor=True)
     for share, scored in ((0.0, start), (0.5, trained)):
         arrays = {"regional": trained, "anchor_share": torch.tensor([share], dtype=torch.float64)}
         counts = evaluation_counts(node, start, "val", True, state, arrays)
