@@ -209,17 +209,21 @@ class RegionFedPlus(Strategy):
         eta = self.server_lr
         self.params = self.params - eta * global_mean
         part = self.part if self.part is not None else slice(None)
-        sampling = self._sampling_variance(results) if not self.dp.adds_noise else {}
+        # per region and block, the per-coordinate variance this round adds to a_r / η_g²
+        # (module doc): public DP noise under DP, the measured client-sampling variance without
         if self.dp.adds_noise:
             regional_var, global_var = self._release_variances(expected, split=bool(regional))
             self.global_noise_var += eta**2 * global_var
             for region in regional:
                 self.regional_noise_var[region] += eta**2 * regional_var[region]
+            added = {r: [v + global_var] * len(self.blocks) for r, v in regional_var.items()}
+        else:
+            added = self._sampling_variance(results)
         for region, mean in regional.items():
             self.offsets[region][part] -= eta * (mean - global_mean[part])
-            added = self._noise_variance(region, expected, sampling)
-            self.noise_var[region] = [v + eta**2 * a
-                                      for v, a in zip(self.noise_var[region], added, strict=True)]
+            per_block = added.get(region, [0.0] * len(self.blocks))
+            self.noise_var[region] = [v + eta**2 * a for v, a in
+                                      zip(self.noise_var[region], per_block, strict=True)]
         if self.config.shrinkage:
             self.factors = shrinkage_factors(self.offsets, self.noise_var, self.blocks)
         if self.config.validation_scale and not self.dp.adds_noise:
@@ -264,15 +268,6 @@ class RegionFedPlus(Strategy):
         total = sum(expected.values())
         global_sigma = sigma / np.sqrt(1 - f) if split else sigma
         return regional, (global_sigma * clip / total) ** 2
-
-    def _noise_variance(self, region: str, expected: dict[str, float],
-                        sampling: dict[str, list[float]]) -> list[float]:
-        """Per block, the per-coordinate variance one round adds to a_r / η_g² (module doc):
-        public DP noise under DP, the measured client-sampling variance without."""
-        if not self.dp.adds_noise:
-            return sampling.get(region, [0.0] * len(self.blocks))
-        regional, global_ = self._release_variances(expected)
-        return [regional[region] + global_] * len(self.blocks)
 
     def served_noise_energy(self, region: str) -> tuple[float, float]:
         """(E, std) of ‖noise of θ_r‖² under DP (public). θ_r = θ + Σ_b w_b·a_{r,b}
@@ -353,14 +348,12 @@ class RegionFedPlus(Strategy):
         # on a client's node the server sent evaluation_anchor(region)
         regional = received if received is not None else self.evaluation_anchor(region)
         share = self.served_share(region) if self.config.noise_aware_anchor else 1.0
-        if share == 0.0:
-            # θ_r shows no signal over its DP noise: the client builds on the public initial
-            # model instead (the refresh starts there), and the server's models —
-            # indistinguishable from that model plus noise — are not candidates
-            candidates = {"personal": client.state.get("personal", regional)}
-        else:
-            candidates = {"regional": regional, "global": self.params,
-                          "personal": client.state.get("personal", regional)}
+        candidates = {"personal": client.state.get("personal", regional)}
+        if share > 0.0:
+            # (share 0: θ_r shows no signal over its DP noise — the client builds on the
+            # public initial model instead, the refresh starts there, and the server's
+            # models, indistinguishable from that model plus noise, are not candidates)
+            candidates["regional"], candidates["global"] = regional, self.params
         if self.config.personal_refresh_epochs:
             # a model just fine-tuned from θ_r on the client's own data is the default
             # (expected at least as good as θ_r there); the others must prove themselves
