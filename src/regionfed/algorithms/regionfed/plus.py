@@ -17,7 +17,8 @@ deviation from θ). One round:
    variance, which the server knows: under DP η_g²·Σ_t (σ_r²C_r²/(q n_r)² + σ_g²C²/(q N)²)
    (public); without DP the client-sampling variance of the regional means, measured;
 5. without DP (``validation_scale``), a scale ρ_r ∈ [0, 1] of each region's shrunk offset by
-   golden-section search on the region's validation loss (paper Alg. 3, as RegionFed's ρ):
+   golden-section search on the region's validation loss (paper Alg. 3; RegionFed's ρ
+   defaults to Brent's method since, plus keeps golden section as its results were run):
    the region is served θ + ρ_r·Σ_b α_{r,b}·a_{r,b}. Shrinkage weighs an offset against its
    noise; the search checks that it generalises (offsets keep accumulating the regional
    clients' drift, and one that fits the region's training data but not its validation
@@ -58,7 +59,7 @@ from regionfed.algorithms.base import (
 from regionfed.algorithms.fedprox import proximal_term
 from regionfed.algorithms.on_device import choice_counts, choose_on_validation
 from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
-from regionfed.algorithms.regionfed.golden_section import search_regions_on_validation
+from regionfed.algorithms.regionfed.line_search import search_regions_on_validation
 from regionfed.algorithms.regionfed.shrinkage import (
     partition_blocks,
     shrinkage_factors,
@@ -245,7 +246,7 @@ class RegionFedPlus(Strategy):
                   if self.view.clients_in(r)}
         searches = yield from search_regions_on_validation(
             self.view, dict.fromkeys(shifts, (0.0, 1.0)), SCALE_TOLERANCE,
-            lambda r, x: self.params + x * shifts[r])
+            lambda r, x: self.params + x * shifts[r], "golden")
         self.scales = {r: s.best[0] for r, s in searches.items()}
 
     def global_only(self) -> bool:

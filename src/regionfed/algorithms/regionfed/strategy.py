@@ -21,11 +21,12 @@ One round, as exchanges with the clients (all transport-free, see :mod:`..base`)
      confidence-weighted vote of the three regional models, w_s ∝ regional validation
      accuracy of strategy s (three releases per round).
    θ_r(ρ) = ρ·v_r.
-4. ρ_r by golden-section search (Alg. 3) on the region's validation loss
+4. ρ_r by a line search on the region's validation loss
    L_r(θ^{t+1} + α_r·(θ_r^prev + ρ·v_r)), every region searched in lock-step (*evaluate*
-   exchanges), or a fixed ρ. θ_r^prev = 0 in the paper's method; with
-   ``persist_adaptation`` (``regionfed-persist``) the adaptation accumulates across rounds,
-   θ_r^{t+1} = θ_r^t + ρ_t v_r^t.
+   exchanges; ``line_search``: Brent's bounded minimisation by default, or Alg. 3's golden
+   section — the same objective and tolerance), or a fixed ρ. θ_r^prev = 0 in the paper's
+   method; with ``persist_adaptation`` (``regionfed-persist``) the adaptation accumulates
+   across rounds, θ_r^{t+1} = θ_r^t + ρ_t v_r^t.
 5. regional model θ^{t+1} + α_r θ_r, used to evaluate the region's clients.
 
 Privacy: every release goes through the strategy's mechanism (``self.releases``), which
@@ -58,7 +59,7 @@ from regionfed.algorithms.base import (
 )
 from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.regionfed.conflict import ConflictCalibration, conflicts
-from regionfed.algorithms.regionfed.golden_section import search_regions_on_validation
+from regionfed.algorithms.regionfed.line_search import search_regions_on_validation
 from regionfed.algorithms.regionfed.personalization import personalize_region
 from regionfed.algorithms.regionfed.routing import ValidationFallback, heterogeneity, route
 from regionfed.algorithms.regionfed.selection import SelectionLayout, rho_candidates
@@ -425,14 +426,16 @@ class RegionFed(Strategy):
     def _choose_rho(self, theta_next: torch.Tensor, alpha: dict[str, float],
                     directions: dict[str, torch.Tensor], chosen: dict[str, str],
                     previous: dict[str, torch.Tensor]) -> Exchange:
-        """Golden-section ρ per region on its validation loss, all regions in lock-step."""
+        """ρ per region by a line search (``line_search``: Brent's method, or Alg. 3's
+        golden section) on its validation loss, all regions in lock-step."""
         if not self.config.rho_search:
             return dict.fromkeys(directions, self.config.fixed_rho), {}
         intervals = {r: (self.config.rho_interval_interp if chosen[r] == "interp"
                          else self.config.rho_interval) for r in directions}
         searches = yield from search_regions_on_validation(
             self.view, intervals, self.config.rho_tolerance,
-            lambda r, x: theta_next + alpha[r] * (previous[r] + x * directions[r]))
+            lambda r, x: theta_next + alpha[r] * (previous[r] + x * directions[r]),
+            self.config.line_search)
         rho = {r: s.best[0] for r, s in searches.items()}
         log = {"val_loss_rho0": {r: s.history[0][1] for r, s in searches.items()},
                "val_loss_rho": {r: s.best[1] for r, s in searches.items()},
