@@ -66,6 +66,9 @@ EXAMPLES = """examples:
   regionfed run --methods fedavg-ft,regionfed-plus --dp-sigma 1 --dp-clip 1
       # both fine-tune on each client before evaluation (fedavg-ft from the global model,
       # regionfed-plus from the regional one): their gap is what the regions add
+  regionfed run --methods regionfed-grad --set regionfed.line_search=golden
+      # ρ by the paper's golden-section search (Alg. 3); default: Brent's method, same
+      # loss and tolerance in ~8 validation passes instead of 14
   regionfed run --resume runs/default             # finish an interrupted run
   regionfed run --jobs 1                          # one process (default: one per free core)
   regionfed run --methods fedavg --set training.client_batching=processes
