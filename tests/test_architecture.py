@@ -106,7 +106,7 @@ def test_every_model_runs_the_same_strategies(model, method, tiny_federation, ti
     federation, task = (_cnn_on_femnist() if model == "cnn"
                         else _query_model(model, tiny_federation, tiny_task))
     training = TrainingConfig(rounds=1, local_epochs=1, batch_size=32, eval_every=1)
-    # minilm skips ρ's golden-section search (half its run; searched on the other models)
+    # minilm skips ρ's line search (half its run; searched on the other models)
     search = {"regionfed": {"rho_search": False}} if model == "minilm" else {}
     strategy = build_strategy(method, build_config({"methods": [method], **search}))
     run = Simulator(federation, task, training, seed=0).run(strategy)

@@ -78,7 +78,7 @@ class DPConfig(BaseModel):
             L_u(ρ) − L_u(0) (and accuracy difference) entering a selection release; the
             release's L2 sensitivity is b·√(number of entries) (docs/privacy.md).
         allow_unaccounted: permit a data-dependent choice that is *not* a DP release
-            (e.g. RegionFed's golden-section ρ search) under DP. The run then lists it in
+            (e.g. RegionFed's un-noised ρ line search) under DP. The run then lists it in
             ``privacy.json``'s ``unaccounted``: ε does not cover it.
     """
 
