@@ -9,10 +9,12 @@ shared and noisy: compare ratios, not absolute times).
     .venv/bin/python benchmarks/round_time.py --json out.json # also write the numbers
 
 Workload (default): esci-synth, 8 regions × 10 clients, the ``tiny`` model, E = 1, batch 32,
-AdamW, no DP, golden-section search on. FedAvg is timed with its clients one by one
-(``client_batching: off``), batched (vmap, ``on``) and over processes (``processes``: this
-process and one worker per further torch thread, each at one thread); RegionFed's ratios use
-``--mode`` (default ``processes``, what ``auto`` picks on a CPU with two or more threads).
+AdamW, no DP, ρ search on (Brent's method, the default ``regionfed.line_search``; the
+row ``regionfed-grad-golden`` times the paper's golden-section search in the same run).
+FedAvg is timed with its clients one by one (``client_batching: off``), batched (vmap,
+``on``) and over processes (``processes``: this process and one worker per further torch
+thread, each at one thread); RegionFed's ratios use ``--mode`` (default ``processes``, what
+``auto`` picks on a CPU with two or more threads).
 A round's time is the median over ``--repeats`` timed rounds (the first round, which also
 calibrates μ and collects the dynamic router's histograms, and the last, which evaluates,
 are not timed; the workers of ``processes`` are started before the first).
@@ -21,7 +23,9 @@ Prints a table and (``--json``) the keys ``speedup_batched``, ``speedup_processe
 ``ratio_mode``, ``ratio_grad_fedavg``,
 ``ratio_meta_fedavg``, ``ratio_interp_fedavg``, ``ratio_dynamic_fedavg``,
 ``ratio_grad_fedavg_e5`` and ``ratio_meta_fedavg_e5`` (the same ratios at E = 5; ``--quick``
-measures them too), ``floor_efficiency`` (batched), ``floor_efficiency_processes``,
+measures them too), ``ratio_grad_golden_fedavg`` and ``line_search_speedup`` (the ρ
+search's seconds with golden section over those with Brent's method, same run),
+``floor_efficiency`` (batched), ``floor_efficiency_processes``,
 ``clients_per_second_8000``, ``peak_rss_gb_8000``
 plus the raw seconds and a per-round time breakdown by exchange kind. ``--baselines`` adds,
 for every method with its own client step, batched and sequential seconds per round and the
@@ -42,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from regionfed.algorithms.regionfed.config import RegionFedConfig
 from regionfed.algorithms.registry import build_strategy
 from regionfed.config import RunConfig, TrainingConfig
 from regionfed.data.esci_synth import generate_esci_synth
@@ -78,11 +83,13 @@ def training_config(rounds: int, batching: str, max_batched: int, epochs: int = 
                           client_batching=batching, max_batched_clients=max_batched)
 
 
-def timed_run(method: str, federation, task, training: TrainingConfig
+def timed_run(method: str, federation, task, training: TrainingConfig,
+              config: RunConfig | None = None
               ) -> tuple[list[float], list[dict[str, float]], FederatedRun]:
-    """One run of ``method``: every round's seconds, every round's breakdown by exchange
-    kind, and the run (final parameters, logs)."""
-    strategy = build_strategy(method, RunConfig(methods=[method]))
+    """One run of ``method`` (settings from ``config``, default the defaults): every
+    round's seconds, every round's breakdown by exchange kind, and the run (final
+    parameters, logs)."""
+    strategy = build_strategy(method, config or RunConfig(methods=[method]))
     sim = Simulator(federation, task, training, seed=0)
     if training.client_batching == "processes":
         sim.client_processes().wait_ready()  # worker start-up is not a round's time
@@ -100,10 +107,11 @@ def timed_run(method: str, federation, task, training: TrainingConfig
 
 
 def round_times(method: str, federation, task, training: TrainingConfig,
-                timed: slice | None = None) -> tuple[list[float], dict[str, float]]:
+                timed: slice | None = None, config: RunConfig | None = None
+                ) -> tuple[list[float], dict[str, float]]:
     """Seconds of every timed round (default rounds 2 … T−1) and the mean per-round
     breakdown."""
-    seconds, breakdowns, _ = timed_run(method, federation, task, training)
+    seconds, breakdowns, _ = timed_run(method, federation, task, training, config)
     timed = timed or slice(1, len(seconds) - 1)
     return seconds[timed], mean_breakdown(breakdowns[timed])
 
@@ -207,12 +215,16 @@ def main(argv: list[str] | None = None) -> int:
     breakdown: dict[str, dict[str, float]] = {}
     mode = args.mode
     out["ratio_mode"] = mode
-    runs = [("fedavg-sequential", "fedavg", "off"), ("fedavg-batched", "fedavg", "on"),
-            ("fedavg-processes", "fedavg", "processes"),
-            *((m, m, mode) for m in REGIONFED_METHODS)]
-    for label, method, batching in runs:
+    golden = RunConfig(methods=["regionfed-grad"],
+                       regionfed=RegionFedConfig(line_search="golden"))
+    runs = [("fedavg-sequential", "fedavg", "off", None), ("fedavg-batched", "fedavg", "on", None),
+            ("fedavg-processes", "fedavg", "processes", None),
+            *((m, m, mode, None) for m in REGIONFED_METHODS),
+            ("regionfed-grad-golden", "regionfed-grad", mode, golden)]
+    for label, method, batching, config in runs:
         times, parts = round_times(method, federation, task,
-                                   training_config(rounds, batching, args.max_batched))
+                                   training_config(rounds, batching, args.max_batched),
+                                   config=config)
         seconds[label] = float(np.median(times))
         breakdown[label] = parts
         print(f"  {label:20s} {seconds[label]:.3f} s/round", file=sys.stderr)
@@ -251,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_batched": sequential / seconds["fedavg-batched"],
         "speedup_processes": sequential / seconds["fedavg-processes"],
         **{ratio_key(m): seconds[m] / fedavg for m in REGIONFED_METHODS},
+        "ratio_grad_golden_fedavg": seconds["regionfed-grad-golden"] / fedavg,
+        "line_search_speedup": breakdown["regionfed-grad-golden"].get("evaluate", 0.0)
+        / max(breakdown["regionfed-grad"].get("evaluate", 0.0), 1e-9),
         "projected_ratios_at_paper_E40": projected,
         "floor_efficiency": floor / seconds["fedavg-batched"],
         "floor_efficiency_processes": floor / seconds["fedavg-processes"],
@@ -297,6 +312,12 @@ def format_table(out: dict[str, Any]) -> str:
         ("scale: clients per second", f"{out['clients_per_second_8000']:.0f}"),
         ("scale: peak RSS", f"{out['peak_rss_gb_8000']:.2f} GB"),
     ]
+    if "ratio_grad_golden_fedavg" in out:  # after the RegionFed / fedavg ratios
+        at = 5 + len(REGIONFED_METHODS)
+        rows[at:at] = [
+            (f"regionfed-grad, golden-section ρ / fedavg ({out['ratio_mode']})",
+             f"{out['ratio_grad_golden_fedavg']:.2f}×"),
+            ("ρ search seconds, golden section / Brent", f"{out['line_search_speedup']:.2f}×")]
     rows += [(f"{m}: batched / sequential ({b['client_batching']})",
               f"{b['speedup']:.2f}× ({b['batched_seconds']:.3f} vs "
               f"{b['sequential_seconds']:.3f} s/round)")

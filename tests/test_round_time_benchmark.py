@@ -16,6 +16,12 @@ def test_round_timer_reports_the_timed_rounds_and_a_breakdown(tiny_federation, t
     _, fedavg = bench.round_times("fedavg", tiny_federation, tiny_task,
                                   bench.training_config(3, "off", 4))
     assert set(fedavg) == {"train", "server"}
+    # the paper's golden-section ρ search, timed through the settings it is given
+    golden = bench.RunConfig(methods=["regionfed-grad"],
+                             regionfed=bench.RegionFedConfig(line_search="golden"))
+    _, _, run = bench.timed_run("regionfed-grad", tiny_federation, tiny_task,
+                                         bench.training_config(2, "off", 4), golden)
+    assert all(n == 14 for log in run.history for n in log["rho_evaluations"].values())
 
 
 def test_baselines_report_both_arms_and_what_the_round_log_says(tiny_federation, tiny_task):
@@ -39,5 +45,10 @@ def test_baselines_report_both_arms_and_what_the_round_log_says(tiny_federation,
                                           for m in bench.REGIONFED_METHODS},
         "floor_seconds": 0.5, "floor_efficiency": 0.5, "sequential_floor_efficiency": 0.25,
         "scale": {"clients": 8, "round_seconds": 1.0}, "clients_per_second_8000": 8,
-        "peak_rss_gb_8000": 1.0, "breakdown_seconds": {}, "baselines": rows})
+        "peak_rss_gb_8000": 1.0, "breakdown_seconds": {}, "baselines": rows,
+        "ratio_grad_golden_fedavg": 1.7, "line_search_speedup": 1.6})
     assert "ditto: batched / sequential (batched)" in table
+    rows = {line.split(" | ")[0].rstrip(): line.split(" | ")[1]
+            for line in table.splitlines() if " | " in line}
+    assert rows["regionfed-grad, golden-section ρ / fedavg (processes)"] == "1.70×"
+    assert rows["ρ search seconds, golden section / Brent"] == "1.60×"
