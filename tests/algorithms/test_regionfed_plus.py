@@ -13,6 +13,7 @@ from regionfed.algorithms.base import FederationView, ParameterBlock, TrainInstr
 from regionfed.algorithms.fedprox import proximal_term
 from regionfed.algorithms.regionfed.config import RegionFedPlusConfig
 from regionfed.algorithms.regionfed.plus import (
+    PERSONAL_EPOCHS,
     PERSONAL_LAMBDA,
     RegionFedPlus,
     personal_anchor_weight,
@@ -671,31 +672,36 @@ def test_a_noise_aware_anchor_sends_lambda_or_0_and_the_personal_model_uses_it()
     assert not torch.allclose(free, pulled)
 
 
-def test_a_client_whose_served_model_is_all_noise_builds_on_the_public_initial_model():
+def test_a_client_whose_served_model_is_all_noise_is_evaluated_with_its_own_training():
     """Under the noise-aware anchor, a region whose θ_r shows no signal over its DP noise
-    (share 0) evaluates each client with its kept personal model or a refresh from the public
-    initial model θ_0 (3 epochs of a quadratic client from θ_0: θ_0 + (1 − 0.5³)(t − θ_0)),
-    never with the server's models, which are not even scored; the node is sent θ_0 and the
-    share with the evaluation request."""
+    (share 0) evaluates each client with its kept personal model, trained on (λ = 0, not
+    kept) until it has had ``personal_refresh_epochs`` = 3 epochs of its data in all — a
+    quadratic client's k epochs from x give x + (1 − 0.5^k)(t − x) — never with the server's
+    models, and without scoring anything (no choice); a client with no personal model starts
+    from the public initial model θ_0, which the node is sent with the share."""
     dim = 20_000
     clients, view, _ = _zero_update_regions(dim, sigma=2.0, shrinkage=True)
     for client in clients.values():
         client.target = torch.full((dim,), 2.0)  # the clients' own optimum (θ = 0 still)
     dp = DPConfig(mode="user", sigma=2.0, clip=1.0, noise_seed=3)
-    config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.0,
+    config = RegionFedPlusConfig(personal_refresh_epochs=3, personal_lambda=0.5,
                                  noise_aware_anchor=True)
     strategy = RegionFedPlus(config, sample_rate=1.0, dp=dp)
     run_rounds(strategy, clients, view, 2, init=torch.zeros(dim))
-    client, kept = clients["a/0"], torch.ones(dim)
-    client.state["personal"] = kept
+    client = clients["a/0"]
+    assert client.state[PERSONAL_EPOCHS] == 2  # two rounds of E = 1, counted on the device
     strategy.shares["a"] = (strategy.shares["a"][0], 0.0)  # the noise-only θ_r, exactly
-    from_initial = (1 - 0.5 ** 3) * client.target  # θ_0 = 0
-    client.score_ = [0.5, 0.55, 0.9, 0.9]  # refreshed, personal (then nothing is read)
-    assert torch.allclose(strategy.eval_params("a/0", "a", client), from_initial)
-    assert strategy.choices["a/0"] == "refreshed"
-    assert client.score_ == [0.9, 0.9]  # two candidates scored: no regional, no global
-    client.score_ = [0.3, 0.9]  # the kept personal model far ahead: it is chosen
+    kept = torch.ones(dim)
+    client.state["personal"] = kept
+    client.score_ = [0.1, 0.1, 0.1, 0.1]  # would be read by a choice: none is made
+    for trained, want in ((1, kept + 0.75 * (client.target - kept)),
+                          (2, kept + 0.5 * (client.target - kept)), (3, kept), (5, kept)):
+        client.state[PERSONAL_EPOCHS] = trained
+        assert torch.allclose(strategy.eval_params("a/0", "a", client), want)
+        assert strategy.choices["a/0"] == ("refreshed" if trained < 3 else "personal")
     assert strategy.eval_params("a/0", "a", client) is kept
+    assert client.score_ == [0.1, 0.1, 0.1, 0.1]
+    from_initial = (1 - 0.5 ** 3) * client.target  # θ_0 = 0
     arrays = strategy.client_evaluation_arrays("a")
     assert float(arrays["anchor_share"][0]) == 0.0
     assert torch.equal(arrays["regional"], torch.zeros(dim))  # θ_0, not the noisy θ_r
@@ -705,27 +711,12 @@ def test_a_client_whose_served_model_is_all_noise_builds_on_the_public_initial_m
     assert node.served_share("a") == 0.5
     node.receive_client_evaluation_arrays("a", arrays)
     assert node.served_share("a") == 0.0
-    client.score_ = [0.5, 0.55]
-    assert torch.allclose(node.eval_params("a/0", "a", client), from_initial)
+    fresh = clients["a/1"]
+    fresh.state = {}
+    assert torch.allclose(node.eval_params("a/1", "a", fresh), from_initial)
     # a share above 0: the usual choice among all four (the regional model clears the bar)
     strategy.shares["a"] = (strategy.shares["a"][0], 0.2)
     client.score_ = [0.1, 0.9, 0.9, 0.1]  # refreshed, regional, global, personal
     assert torch.equal(strategy.eval_params("a/0", "a", client),
                        strategy.regional_params("a"))
     assert client.score_ == []
-
-
-def test_the_refresh_is_anchored_only_on_a_served_model_that_shows_signal():
-    """The refreshed candidate's proximal weight is λ where the anchor share is above 0
-    (however small) and 0 where it is 0."""
-    clients, view = _shifted()
-    strategy = RegionFedPlus(RegionFedPlusConfig(personal_refresh_epochs=3,
-                                                 personal_lambda=2.0), server_lr=1.0)
-    run_rounds(strategy, clients, view, rounds=1)
-    client, served = clients["a/0"], torch.tensor([-1.0, 1.0])
-    for share in (1.0, 0.01, 0.0):
-        prox = proximal_term(served, 2.0) if share else None
-        want, _ = client.train(served, epochs=3, extra_loss=prox)
-        assert torch.allclose(strategy.refreshed_candidate(served, client, share), want)
-    assert not torch.allclose(strategy.refreshed_candidate(served, client, 1.0),
-                              strategy.refreshed_candidate(served, client, 0.0))

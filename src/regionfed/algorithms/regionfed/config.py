@@ -110,12 +110,12 @@ class RegionFedPlusConfig(BaseModel):
     #: under DP, test whether the served θ_r shows any signal over its DP noise: the
     #: anchor share 1 − E‖noise‖²/‖θ_r − θ_0‖² (θ_0 the public initial model; the noise
     #: energy is public: σ, f, C, q·n, η_g, the factors α), 0 unless the excess energy
-    #: clears 2 standard deviations of the noise's. Where it is 0, the personal model and
-    #: the refresh are not anchored (λ = 0) and a client's evaluation builds on θ_0 instead
-    #: of θ_r (the refresh starts there; the server's models, θ_0 plus noise, are not
-    #: candidates). Post-processing; without DP nothing changes. An option
-    #: until every DP row of regionfed-plus is rerun with it (docs/baselines.md, "The
-    #: noise-aware anchor")
+    #: clears 2 standard deviations of the noise's. Where it is 0, the personal model is
+    #: not anchored (λ = 0) and a client is evaluated with its own kept personal model,
+    #: trained on (not kept) until it has had ``personal_refresh_epochs`` epochs of its
+    #: data (the server's models, θ_0 plus noise, are not candidates; no choice is
+    #: made). Post-processing; without DP nothing changes. An option until every DP row
+    #: of regionfed-plus is rerun with it (docs/baselines.md, "The noise-aware anchor")
     noise_aware_anchor: bool = False
     #: before a client is evaluated, fine-tune a fourth candidate from the model it is
     #: served (θ_r) for this many local epochs on its own training split (the personal

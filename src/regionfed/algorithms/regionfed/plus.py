@@ -38,7 +38,9 @@ model stays a candidate (where the served model is poor — small regions under 
 trained over many rounds is far better than a few epochs from θ_r). With
 ``noise_aware_anchor`` (an option), a region whose θ_r shows no signal over its public DP
 noise (:meth:`RegionFedPlus.anchor_share` 0) anchors no personal model on it (λ = 0) and
-evaluates its clients from the public initial model θ_0 instead. Every switch is a
+evaluates each client with its own kept personal model, trained further from where it is
+until it has had ``personal_refresh_epochs`` epochs on the client's data (the server's
+models, indistinguishable from θ_0 plus noise, are no candidates). Every switch is a
 setting of :class:`~regionfed.algorithms.regionfed.config.RegionFedPlusConfig`.
 """
 
@@ -76,6 +78,8 @@ REFRESH_STREAM = "plus-personal-refresh"
 PERSONAL_INIT = "personal_init"
 #: a training instruction's λ for the personal model (``noise_aware_anchor``)
 PERSONAL_LAMBDA = "personal_lambda"
+#: client state: the epochs the kept personal model has been trained on the client's data
+PERSONAL_EPOCHS = "personal_epochs"
 #: the order in which a client's candidates win ties on validation
 CANDIDATES = ("regional", "global", "personal")
 #: the choice's order with a refreshed candidate: it is the default
@@ -335,9 +339,11 @@ class RegionFedPlus(Strategy):
             lam = personal_anchor_weight(
                 instruction.config.get(PERSONAL_LAMBDA, self.config.personal_lambda),
                 personal, anchor, client)
+            epochs = instruction.config.get("epochs") or client.local_epochs
             client.state["personal"], _ = client.train(
-                personal, epochs=instruction.config.get("epochs"),
+                personal, epochs=epochs,
                 extra_loss=proximal_term(anchor, lam) if lam > 0 else None)
+            client.state[PERSONAL_EPOCHS] = client.state.get(PERSONAL_EPOCHS, 0) + epochs
         return result
 
     # -- evaluation ----------------------------------------------------------------------
@@ -349,16 +355,14 @@ class RegionFedPlus(Strategy):
         # on a client's node the server sent evaluation_anchor(region)
         regional = received if received is not None else self.evaluation_anchor(region)
         share = self.served_share(region) if self.config.noise_aware_anchor else 1.0
-        candidates = {"personal": client.state.get("personal", regional)}
-        if share > 0.0:
-            # (share 0: θ_r shows no signal over its DP noise — the client builds on the
-            # public initial model instead, the refresh starts there, and the server's
-            # models, indistinguishable from that model plus noise, are not candidates)
-            candidates["regional"], candidates["global"] = regional, self.params
+        if share == 0.0:
+            return self.own_training_only(client_id, client, regional)
+        candidates = {"personal": client.state.get("personal", regional),
+                      "regional": regional, "global": self.params}
         if self.config.personal_refresh_epochs:
             # a model just fine-tuned from θ_r on the client's own data is the default
             # (expected at least as good as θ_r there); the others must prove themselves
-            candidates["refreshed"] = self.refreshed_candidate(regional, client, share)
+            candidates["refreshed"] = self.refreshed_candidate(regional, client)
         order, peers = self.choice_order, self.choice_peers
         if "regional" in candidates and "refreshed" in candidates \
                 and self.config.choice_default == "if-served-holds" \
@@ -368,6 +372,22 @@ class RegionFedPlus(Strategy):
                                       **self.choice_bar)
         self.choices[client_id] = choice
         return candidates[choice]
+
+    def own_training_only(self, client_id: str, client: ClientContext, initial: torch.Tensor
+                          ) -> torch.Tensor:
+        """Where θ_r shows no signal over its DP noise (``noise_aware_anchor``, anchor share
+        0), the server's models are θ_0 plus noise for this client: it is evaluated with its
+        kept personal model (``initial`` = θ_0 if it has none), trained on from there
+        (λ = 0, not kept) until it has had ``personal_refresh_epochs`` epochs of the client's
+        data in all — no choice among candidates, so no selection noise either."""
+        kept = client.state.get("personal", initial)
+        top_up = self.config.personal_refresh_epochs - client.state.get(PERSONAL_EPOCHS, 0)
+        self.choices[client_id] = "refreshed" if top_up > 0 else "personal"
+        if top_up <= 0:
+            return kept
+        refreshed, _ = client.train(kept, epochs=top_up, stream=REFRESH_STREAM,
+                                    repeatable=True)
+        return refreshed
 
     @property
     def choice_bar(self) -> dict[str, Any]:
@@ -391,12 +411,11 @@ class RegionFedPlus(Strategy):
             bar["score_variance"] = WORST_CASE_SCORE_VARIANCE
         return kept_beats_served(served, personal, client, **bar)
 
-    def refreshed_candidate(self, regional: torch.Tensor, client: ClientContext,
-                            share: float = 1.0) -> torch.Tensor:
+    def refreshed_candidate(self, regional: torch.Tensor, client: ClientContext
+                            ) -> torch.Tensor:
         """A model fine-tuned from the served θ_r on the personal objective
-        F_u(v) + (λ/2)‖v − θ_r‖² for ``personal_refresh_epochs`` epochs (not kept); λ = 0
-        where the anchor ``share`` is 0 (``noise_aware_anchor``: θ_r shows no signal)."""
-        lam = self.config.personal_lambda if share > 0.0 else 0.0
+        F_u(v) + (λ/2)‖v − θ_r‖² for ``personal_refresh_epochs`` epochs (not kept)."""
+        lam = self.config.personal_lambda
         refreshed, _ = client.train(regional, epochs=self.config.personal_refresh_epochs,
                                     stream=REFRESH_STREAM, repeatable=True,
                                     extra_loss=proximal_term(regional, lam) if lam > 0 else None)
