@@ -13,7 +13,10 @@ table) and how many clients chose each candidate::
         --seeds 0 1 2 --out runs/choice_rules/privacy-sigma-1.json
 
 ``--from FILE`` replays a saved recording without training. Noise under DP comes from OS
-entropy, so a rerun trains other models: compare rules within one recording.
+entropy, so a rerun trains other models: compare rules within one recording. Under DP with
+``regionfed_plus.noise_aware_anchor`` (the default), the clients of a region whose θ_r shows
+no signal over its noise make no choice (their own training is their model) and are not
+recorded; pass ``--set regionfed_plus.noise_aware_anchor=false`` to replay the rules there.
 """
 
 from __future__ import annotations

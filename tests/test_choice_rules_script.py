@@ -10,8 +10,11 @@ from test_cli import SMALL, run_cli
 def test_the_default_rule_replayed_makes_the_runs_own_choices(tmp_path, capsys):
     script = load_script("experiments/choice_rules.py")
     run = tmp_path / "run"
+    # (without the noise-aware anchor: with it, a region whose θ_r shows no signal over its
+    # DP noise — every region here — makes no choice and records nothing)
     code, _, _ = run_cli(capsys, "run", *SMALL, "--methods", "regionfed-plus", "--rounds",
-                         "2", "--sample-rate", "0.5", "--dp-sigma", "1", "--out", str(run))
+                         "2", "--sample-rate", "0.5", "--dp-sigma", "1", "--out", str(run),
+                         "--set", "regionfed_plus.noise_aware_anchor=false")
     assert code == 0
     saved = tmp_path / "rules.json"
     assert script.main([str(run / "config.yaml"), "--seeds", "0", "--out", str(saved)]) == 0

@@ -656,7 +656,7 @@ def test_a_noise_aware_anchor_sends_lambda_or_0_and_the_personal_model_uses_it()
     sent, logs = instructions_of_round(off, 3)
     assert all(PERSONAL_LAMBDA not in ins.config for ins in sent)
     assert "anchor_share" not in logs[-1]
-    assert not RegionFedPlusConfig().noise_aware_anchor  # an option (default off)
+    assert RegionFedPlusConfig().noise_aware_anchor  # the default
     # the client trains its personal model with the λ it was sent
     clients, view = federation()
     strategy = RegionFedPlus(config, sample_rate=1.0)

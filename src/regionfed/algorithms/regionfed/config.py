@@ -114,9 +114,9 @@ class RegionFedPlusConfig(BaseModel):
     #: not anchored (λ = 0) and a client is evaluated with its own kept personal model,
     #: trained on (not kept) until it has had ``personal_refresh_epochs`` epochs of its
     #: data (the server's models, θ_0 plus noise, are not candidates; no choice is
-    #: made). Post-processing; without DP nothing changes. An option until every DP row
-    #: of regionfed-plus is rerun with it (docs/baselines.md, "The noise-aware anchor")
-    noise_aware_anchor: bool = False
+    #: made). Post-processing; without DP nothing changes (docs/baselines.md, "The
+    #: noise-aware anchor")
+    noise_aware_anchor: bool = True
     #: before a client is evaluated, fine-tune a fourth candidate from the model it is
     #: served (θ_r) for this many local epochs on its own training split (the personal
     #: objective, proximal term towards θ_r included) — the personal model last trained

@@ -464,7 +464,7 @@ class RegionFedPlus(Strategy):
         if not self.config.two_level:
             return {}
         arrays = {"regional": self.evaluation_anchor(region)}
-        if self.config.noise_aware_anchor:
+        if self.config.noise_aware_anchor and self.dp.adds_noise:  # (else the share is 1)
             arrays["anchor_share"] = torch.tensor([self.anchor_share(region)],
                                                   dtype=torch.float64)
         return arrays
