@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import torch
 
@@ -34,21 +34,50 @@ MAX_BRENT_EVALUATIONS = 500
 LineSearchMethod = Literal["brent", "golden"]
 
 
-class LineSearch(Protocol):
+class LineSearch:
     """An ask/tell minimiser of f on an interval: ``ask()`` → next x (``None`` when done),
-    ``tell(f(x))``; ``history`` holds every (x, f(x)) and ``best`` the smallest."""
+    ``tell(f(x))``; ``history`` holds every (x, f(x)) (non-finite values as +∞) and ``best``
+    the smallest. A subclass queues its first points and supplies the next ones
+    (:meth:`_refill`) and what it learns from each value (:meth:`_record`)."""
 
-    history: list[tuple[float, float]]
+    def __init__(self, first_points: list[float]) -> None:
+        self.history: list[tuple[float, float]] = []
+        self._pending: float | None = None
+        self._queue = list(first_points)
 
-    def ask(self) -> float | None: ...
+    def ask(self) -> float | None:
+        if self._pending is not None:
+            return self._pending
+        if not self._queue:
+            self._refill()
+            if not self._queue:
+                return None
+        self._pending = self._queue.pop(0)
+        return self._pending
 
-    def tell(self, value: float) -> None: ...
+    def tell(self, value: float) -> None:
+        if self._pending is None:
+            raise RuntimeError("tell() without a pending ask()")
+        x, self._pending = self._pending, None
+        value = float(value) if math.isfinite(value) else math.inf
+        self.history.append((x, value))
+        self._record(x, value)
+
+    def _refill(self) -> None:
+        """Queue the next point(s); leave the queue empty when the search is done."""
+        raise NotImplementedError
+
+    def _record(self, x: float, value: float) -> None:
+        raise NotImplementedError
 
     @property
-    def best(self) -> tuple[float, float]: ...
+    def best(self) -> tuple[float, float]:
+        """(x, f(x)) of the best point evaluated so far (ties: the smaller x)."""
+        return min(self.history, key=lambda xf: (xf[1], xf[0]))
 
     @property
-    def evaluations(self) -> int: ...
+    def evaluations(self) -> int:
+        return len(self.history)
 
 
 def _check_interval(a: float, b: float, tol: float) -> None:
@@ -58,12 +87,7 @@ def _check_interval(a: float, b: float, tol: float) -> None:
         raise ValueError(f"line-search tolerance must be > 0, got {tol}")
 
 
-def _best(history: list[tuple[float, float]]) -> tuple[float, float]:
-    """(x, f(x)) of the best point evaluated (ties: the smaller x)."""
-    return min(history, key=lambda xf: (xf[1], xf[0]))
-
-
-class GoldenSection:
+class GoldenSection(LineSearch):
     """Minimise a unimodal function on [a, b] to bracket width ``tol``, one point at a time.
 
     ``ask()`` returns the next point to evaluate (``None`` when done), ``tell(f(x))`` reports
@@ -79,32 +103,15 @@ class GoldenSection:
         self.d = self.a + INV_PHI * (self.b - self.a)
         self.fc: float | None = None
         self.fd: float | None = None
-        self.history: list[tuple[float, float]] = []
-        self._pending: float | None = None
-        self._queue = [self.a, self.c, self.d]
+        super().__init__([self.a, self.c, self.d])
 
-    def ask(self) -> float | None:
-        if self._pending is not None:
-            return self._pending
-        if not self._queue:
-            self._advance()
-            if not self._queue:
-                return None
-        self._pending = self._queue.pop(0)
-        return self._pending
-
-    def tell(self, value: float) -> None:
-        if self._pending is None:
-            raise RuntimeError("tell() without a pending ask()")
-        x, self._pending = self._pending, None
-        value = float(value) if math.isfinite(value) else math.inf
-        self.history.append((x, value))
+    def _record(self, x: float, value: float) -> None:
         if x == self.c and self.fc is None:
             self.fc = value
         elif x == self.d and self.fd is None:
             self.fd = value
 
-    def _advance(self) -> None:
+    def _refill(self) -> None:
         """Golden-section steps: drop the worse side; queue the new interior point unless the
         bracket is already within tolerance (then the best evaluated point is the answer)."""
         while not self._queue and self.b - self.a > self.tol:
@@ -121,17 +128,8 @@ class GoldenSection:
                 if self.b - self.a > self.tol:
                     self._queue.append(self.d)
 
-    @property
-    def best(self) -> tuple[float, float]:
-        """(x, f(x)) of the best point evaluated so far (ties: the smaller x)."""
-        return _best(self.history)
 
-    @property
-    def evaluations(self) -> int:
-        return len(self.history)
-
-
-class BrentSearch:
+class BrentSearch(LineSearch):
     """Brent's bounded minimisation of f on [a, b] to tolerance ``tol`` on x, one point at a
     time, after an evaluation of the left end ``a`` (see the module doc).
 
@@ -151,27 +149,14 @@ class BrentSearch:
         self.x = self.w = self.v = first
         self.fx = self.fw = self.fv = math.inf
         self.step = self.previous_step = 0.0  # scipy: rat, e
-        self.history: list[tuple[float, float]] = []
-        self._pending: float | None = None
-        self._queue = [self.a, first]
+        super().__init__([self.a, first])  # the left end, then Brent's first point
 
-    def ask(self) -> float | None:
-        if self._pending is not None:
-            return self._pending
-        if not self._queue:
-            proposal = self._propose()
-            if proposal is None:
-                return None
+    def _refill(self) -> None:
+        proposal = self._propose()
+        if proposal is not None:
             self._queue.append(proposal)
-        self._pending = self._queue.pop(0)
-        return self._pending
 
-    def tell(self, value: float) -> None:
-        if self._pending is None:
-            raise RuntimeError("tell() without a pending ask()")
-        u, self._pending = self._pending, None
-        fu = float(value) if math.isfinite(value) else math.inf
-        self.history.append((u, fu))
+    def _record(self, u: float, fu: float) -> None:
         if len(self.history) == 1:  # the left end: outside Brent's own iteration
             return
         if len(self.history) == 2:  # Brent's first point
@@ -229,18 +214,8 @@ class BrentSearch:
         direction = 1.0 if self.step >= 0.0 else -1.0
         return self.x + direction * max(abs(self.step), tol1)
 
-    @property
-    def best(self) -> tuple[float, float]:
-        """(x, f(x)) of the best point evaluated so far, the left end included (ties: the
-        smaller x)."""
-        return _best(self.history)
 
-    @property
-    def evaluations(self) -> int:
-        return len(self.history)
-
-
-SEARCHES: dict[str, type[GoldenSection] | type[BrentSearch]] = {
+SEARCHES: dict[str, type[LineSearch]] = {
     "brent": BrentSearch, "golden": GoldenSection}
 
 

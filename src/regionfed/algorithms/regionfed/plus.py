@@ -364,8 +364,7 @@ class RegionFedPlus(Strategy):
             # (expected at least as good as θ_r there); the others must prove themselves
             candidates["refreshed"] = self.refreshed_candidate(regional, client)
         order, peers = self.choice_order, self.choice_peers
-        if "regional" in candidates and "refreshed" in candidates \
-                and self.config.choice_default == "if-served-holds" \
+        if "refreshed" in candidates and self.config.choice_default == "if-served-holds" \
                 and self.served_loses(regional, candidates["personal"], client):
             order, peers = ON_DEVICE_ORDER, 2
         choice = choose_on_validation(candidates, client, order=order, peers=peers,
